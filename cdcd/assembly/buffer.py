@@ -1,0 +1,221 @@
+"""Per-transaction change buffers under one shared memory budget, spilling to disk past it.
+
+A buffer holds a transaction's changes in arrival order: first those spilled to its file, then those still
+in memory. When the budget is exceeded the largest buffer is spilled whole (as PostgreSQL's reorder buffer
+does). Records are marshal-encoded tuples of plain values, so spilling and replaying are fast; the
+Relation objects changes are bound to stay in memory in a small per-buffer table.
+
+Memory is accounted as the wire size of each change plus a fixed per-value allowance for Python's
+objects (``VALUE_OVERHEAD``), measured in tests/unit/test_buffer.py.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, RowChange, Truncate
+
+VALUE_OVERHEAD = 56  # bytes of Python object per tuple value beyond its wire bytes
+CHANGE_OVERHEAD = 200  # the change object, its tuples and the list slot
+
+_LEN = struct.Struct(">I")
+_ROW, _TRUNCATE, _MESSAGE = 0, 1, 2
+
+
+def change_cost(change: Change) -> int:
+    if isinstance(change, RowChange):
+        return change.size + CHANGE_OVERHEAD + VALUE_OVERHEAD * len(change.relation.columns)
+    if isinstance(change, Truncate):
+        return CHANGE_OVERHEAD + 8 * len(change.relations)
+    return CHANGE_OVERHEAD + len(change.content) + len(change.prefix)
+
+
+class BufferPool:
+    """The memory budget shared by every open transaction buffer."""
+
+    def __init__(self, memory_limit: int, spill_dir: Path | None = None) -> None:
+        if memory_limit < 0:
+            raise ValueError("memory_limit must be >= 0")
+        self.memory_limit = memory_limit
+        self.spill_dir = spill_dir
+        self.memory_bytes = 0
+        self.spilled_bytes = 0
+        self._open: set[ChangeBuffer] = set()
+
+    def new_buffer(self, xid: int) -> ChangeBuffer:
+        buffer = ChangeBuffer(self, xid)
+        self._open.add(buffer)
+        return buffer
+
+    @property
+    def open_buffers(self) -> int:
+        return len(self._open)
+
+    def _grew(self) -> None:
+        while self.memory_bytes > self.memory_limit:
+            largest = max(self._open, key=lambda b: b.memory_bytes)
+            if largest.memory_bytes == 0:
+                return
+            largest.spill()
+
+    def _closed(self, buffer: ChangeBuffer) -> None:
+        self._open.discard(buffer)
+
+
+class ChangeBuffer:
+    """The changes of one transaction, with the positions where each subtransaction first wrote."""
+
+    def __init__(self, pool: BufferPool, xid: int) -> None:
+        self.pool = pool
+        self.xid = xid
+        self.count = 0
+        self.memory_bytes = 0
+        self._memory: list[tuple[int | None, Change]] = []
+        self._spilled = 0  # changes in the file; they precede those in memory
+        self._file: BinaryIO | None = None
+        self._file_bytes = 0
+        self._path: Path | None = None
+        self._subxact_first: dict[int, int] = {}  # subxid -> index of its first change
+        self._offsets: dict[int, int] = {}  # index of a subxact's first change -> file offset, once spilled
+        self._relations: list[Relation] = []
+        self._relation_index: dict[int, int] = {}  # id(Relation) -> index in _relations
+
+    @property
+    def spill_path(self) -> Path | None:
+        return self._path
+
+    def append(self, change: Change, subxid: int | None = None) -> None:
+        if subxid is not None and subxid not in self._subxact_first:
+            self._subxact_first[subxid] = self.count
+        self._memory.append((subxid, change))
+        self.count += 1
+        cost = change_cost(change)
+        self.memory_bytes += cost
+        self.pool.memory_bytes += cost
+        if self.pool.memory_bytes > self.pool.memory_limit:
+            self.pool._grew()
+
+    def discard_subtransaction(self, subxid: int) -> bool:
+        """Drop subxid's changes and every change after them (PostgreSQL's ROLLBACK TO semantics).
+
+        Returns False when the subtransaction wrote nothing to this buffer."""
+        index = self._subxact_first.get(subxid)
+        if index is None:
+            return False
+        if index >= self._spilled:
+            self._drop_memory(index - self._spilled)
+        else:
+            assert self._file is not None
+            self._drop_memory(0)
+            offset = self._offsets[index]
+            self._file.truncate(offset)
+            self.pool.spilled_bytes -= self._file_bytes - offset
+            self._file_bytes = offset
+            self._spilled = index
+            self._offsets = {i: off for i, off in self._offsets.items() if i < index}
+        self.count = index
+        self._subxact_first = {s: i for s, i in self._subxact_first.items() if i < index}
+        return True
+
+    def _drop_memory(self, keep: int) -> None:
+        dropped = self._memory[keep:]
+        del self._memory[keep:]
+        cost = sum(change_cost(change) for _, change in dropped)
+        self.memory_bytes -= cost
+        self.pool.memory_bytes -= cost
+
+    def spill(self) -> None:
+        """Move the in-memory changes to the spill file."""
+        if not self._memory:
+            return
+        if self._file is None:
+            self._open_file()
+        assert self._file is not None
+        firsts = {i for i in self._subxact_first.values() if i >= self._spilled}
+        before = self._file_bytes
+        out = bytearray()
+        index = self._spilled
+        for subxid, change in self._memory:
+            if index in firsts:
+                self._offsets[index] = before + len(out)
+            record = marshal.dumps((subxid, self._pack(change)))  # type: ignore[arg-type]
+            out += _LEN.pack(len(record))
+            out += record
+            index += 1
+        self._file.seek(before)
+        self._file.write(out)
+        self._file_bytes += len(out)
+        self.pool.spilled_bytes += len(out)
+        self._spilled = index
+        self._drop_memory(0)
+
+    def _open_file(self) -> None:
+        directory = self.pool.spill_dir
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f"cdcd-xid{self.xid}-", suffix=".spill", dir=directory)
+        self._file = os.fdopen(fd, "w+b")
+        self._path = Path(name)
+
+    def _relation_ref(self, relation: Relation) -> int:
+        index = self._relation_index.get(id(relation))
+        if index is None:
+            index = len(self._relations)
+            self._relations.append(relation)
+            self._relation_index[id(relation)] = index
+        return index
+
+    def _pack(self, change: Change) -> tuple[object, ...]:
+        if isinstance(change, RowChange):
+            return (_ROW, change.op, self._relation_ref(change.relation), change.old, change.new,
+                    change.old_is_key, change.xid, change.wal_lsn, change.size)  # fmt: skip
+        if isinstance(change, Truncate):
+            refs = tuple(self._relation_ref(r) for r in change.relations)
+            return (_TRUNCATE, refs, change.cascade, change.restart_identity, change.xid, change.wal_lsn)
+        return (_MESSAGE, change.transactional, change.lsn, change.prefix, change.content, change.xid)
+
+    def _unpack(self, record: tuple[Any, ...]) -> Change:
+        kind, *fields = record
+        if kind == _ROW:
+            op, rel, old, new, old_is_key, xid, wal_lsn, size = fields
+            return RowChange(op, self._relations[rel], old, new, old_is_key, xid, wal_lsn, size)
+        if kind == _TRUNCATE:
+            refs, cascade, restart, xid, wal_lsn = fields
+            return Truncate(tuple(self._relations[i] for i in refs), cascade, restart, xid, wal_lsn)
+        return LogicalMessage(*fields)
+
+    def __iter__(self) -> Iterator[Change]:
+        """Replay every change in order: the spilled ones from the file, then those in memory."""
+        if self._file is not None and self._spilled:
+            yield from self._read_spilled(self._file, self._file_bytes)
+        for _, change in self._memory:
+            yield change
+
+    def _read_spilled(self, file: BinaryIO, end: int) -> Iterator[Change]:
+        file.flush()
+        file.seek(0)
+        pos = 0
+        while pos < end:
+            (length,) = _LEN.unpack(file.read(4))
+            _subxid, record = marshal.loads(file.read(length))
+            pos += 4 + length
+            yield self._unpack(record)
+
+    def close(self) -> None:
+        """Release memory and delete the spill file. Safe to call twice."""
+        self._drop_memory(0)
+        if self._file is not None:
+            self.pool.spilled_bytes -= self._file_bytes
+            self._file_bytes = 0
+            self._file.close()
+            self._file = None
+        if self._path is not None:
+            self._path.unlink(missing_ok=True)
+            self._path = None
+        self.pool._closed(self)

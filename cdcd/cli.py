@@ -1,0 +1,87 @@
+"""Command line: ``cdcd check|tail --config FILE``.
+
+Exit codes: 0 success, 1 a runtime failure (source problem, malformed stream), 2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import BinaryIO
+
+import structlog
+
+from cdcd import __version__
+from cdcd.assembly import AssemblyError
+from cdcd.config import ConfigError, Settings, load_settings
+from cdcd.logging import configure
+from cdcd.lsn import format_lsn
+from cdcd.pgoutput import DecodeError
+from cdcd.pipeline import Pipeline
+from cdcd.sink.jsonl import JsonLinesSink
+from cdcd.source.checks import check_source
+from cdcd.source.walsender import SourceDisconnected, SourceError
+
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdcd", description="PostgreSQL logical replication to Kafka")
+    parser.add_argument("--version", action="version", version=f"cdcd {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("check", "validate config and the source database"), ("tail", "print changes as JSON lines")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--config", "-c", type=Path, help="YAML config file (env CDCD_* overrides it)")
+        if name == "tail":
+            sub.add_argument("--output", "-o", default="-", help="file to append to (default: stdout)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"cdcd: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    configure(settings.log)
+    if args.command == "check":
+        return _check(settings)
+    return _tail(settings, args.output)
+
+
+def _check(settings: Settings) -> int:
+    problems = check_source(settings.source)
+    if problems:
+        print(f"cdcd check: {len(problems)} problem(s):", file=sys.stderr)
+        for problem in problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_FAILURE
+    print("cdcd check: configuration and source database are ready")
+    return EXIT_OK
+
+
+def _tail(settings: Settings, output: str) -> int:
+    out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    pipeline = Pipeline(settings, JsonLinesSink(out), stop)
+    log = structlog.get_logger("cdcd")
+    try:
+        pipeline.run()
+    except (DecodeError, AssemblyError) as exc:
+        log.error("cannot decode the replication stream", error=str(exc),
+                  flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))  # fmt: skip
+        return EXIT_FAILURE
+    except (SourceError, SourceDisconnected) as exc:
+        log.error("source failed", error=str(exc), flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))
+        return EXIT_FAILURE
+    finally:
+        if out is not sys.stdout.buffer:
+            out.close()
+    log.info("stopped", flushed_lsn=format_lsn(pipeline.progress.flushed_lsn), transactions=pipeline.stats.transactions)
+    return EXIT_OK

@@ -1,0 +1,169 @@
+"""Configuration: a YAML file, every key overridable by environment variables ``CDCD_<SECTION>__<KEY>``.
+
+Environment beats the file, so a Kubernetes Secret or a systemd drop-in can override one key. Unknown keys
+are errors (a typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message lists every problem."""
+
+
+def parse_size(value: object) -> int:
+    """Accept 1048576, "64MiB", "64MB", "512k" (binary units)."""
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"not a size: {value!r} (use a byte count or e.g. 64MiB)")
+    number, unit = match.groups()
+    return int(number) * _UNITS[(unit or "")[:1].lower()]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TableRef(_Section):
+    name: str = Field(description="schema-qualified table name, e.g. public.orders")
+
+    @field_validator("name")
+    @classmethod
+    def _qualified(cls, value: str) -> str:
+        if value.count(".") != 1 or not all(value.split(".")):
+            raise ValueError(f"table name must be schema.table, got {value!r}")
+        return value
+
+
+class Publication(_Section):
+    name: str
+    tables: list[TableRef] = Field(default_factory=list)
+    all_tables: bool = False
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Publication:
+        if self.all_tables and self.tables:
+            raise ValueError(f"publication {self.name!r}: all_tables and tables are mutually exclusive")
+        return self
+
+
+class ReconnectSettings(_Section):
+    initial_backoff_s: float = Field(0.5, gt=0)
+    max_backoff_s: float = Field(30.0, gt=0)
+    max_attempts: int = Field(0, ge=0, description="0 retries forever")
+
+
+class SourceSettings(_Section):
+    dsn: SecretStr = Field(description="libpq connection string of the source database")
+    slot: str = "cdcd"
+    create_slot: bool = True
+    temporary_slot: bool = False
+    publications: list[Publication] = Field(default_factory=lambda: [Publication(name="cdcd", all_tables=True)])
+    manage_publications: bool = Field(False, description="create missing publications from this config")
+    protocol_version: int | Literal["auto"] = "auto"
+    streaming: Literal["off", "on", "parallel"] = "on"
+    messages: bool = True
+    binary: bool = False
+    status_interval_s: float = Field(10.0, gt=0)
+    reconnect: ReconnectSettings = Field(default_factory=ReconnectSettings)
+
+    @field_validator("slot")
+    @classmethod
+    def _slot_name(cls, value: str) -> str:
+        if not _IDENT.match(value) or len(value) > 63:
+            raise ValueError(f"slot name must be lower-case letters, digits and _ (max 63), got {value!r}")
+        return value
+
+    @field_validator("protocol_version")
+    @classmethod
+    def _proto(cls, value: int | str) -> int | str:
+        if value != "auto" and value not in (1, 2, 3, 4):
+            raise ValueError("protocol_version must be auto or 1-4")
+        return value
+
+    @field_validator("publications")
+    @classmethod
+    def _publications(cls, value: list[Publication]) -> list[Publication]:
+        if not value:
+            raise ValueError("at least one publication is required")
+        names = [p.name for p in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate publication names in {names}")
+        return value
+
+
+class BufferSettings(_Section):
+    memory_limit: int = Field(64 * 1024**2, description="bytes of buffered changes before spilling (e.g. 64MiB)")
+    spill_dir: Path = Path("/var/lib/cdcd/spill")
+
+    @field_validator("memory_limit", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> int:
+        return parse_size(value)
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CDCD_", env_nested_delimiter="__", extra="forbid")
+
+    source: SourceSettings
+    buffer: BufferSettings = Field(default_factory=BufferSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return env_settings, init_settings  # environment overrides the file
+
+
+def load_settings(path: Path | None) -> Settings:
+    """Read the YAML file (if any) and the environment; raise ConfigError naming every problem."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        data = loaded or {}
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+
+
+def _describe(exc: ValidationError, path: Path | None) -> str:
+    origin = f" in {path}" if path else ""
+    lines = [f"invalid configuration{origin} ({exc.error_count()} problem{'s' * (exc.error_count() > 1)}):"]
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        env = "CDCD_" + "__".join(str(p).upper() for p in error["loc"] if not isinstance(p, int))
+        lines.append(f"  - {where}: {error['msg']} (file key {where} or env {env})")
+    return "\n".join(lines)

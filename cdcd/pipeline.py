@@ -1,0 +1,138 @@
+"""The replication loop: walsender frames -> decoder -> assembler -> sink, with LSN feedback.
+
+The flush LSN reported to PostgreSQL is ``Progress.flushed_lsn``: never past what the sink finished.
+Status updates go out every ``status_interval_s``, whenever the server asks, and once more on stop.
+A lost connection is retried with exponential backoff; unfinished transactions are dropped and the server
+sends them again from the slot's confirmed position.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import structlog
+
+from cdcd.assembly import Assembler, BufferPool, Transaction
+from cdcd.config import Settings
+from cdcd.lsn import format_lsn, pg_now_us
+from cdcd.pgoutput import DecodeError, Decoder
+from cdcd.pgoutput.messages import LogicalMessage
+from cdcd.progress import Progress
+from cdcd.source.protocol import (
+    XLOGDATA_PAYLOAD_OFFSET,
+    parse_keepalive,
+    parse_xlogdata_header,
+    standby_status_update,
+)
+from cdcd.source.walsender import SourceDisconnected, Walsender
+
+log = structlog.get_logger("cdcd.pipeline")
+
+_W, _K = ord("w"), ord("k")
+
+
+class Sink(Protocol):
+    def write_transaction(self, txn: Transaction, progress: Progress) -> None: ...
+    def write_message(self, message: LogicalMessage, progress: Progress) -> None: ...
+
+
+@dataclass
+class Stats:
+    transactions: int = 0
+    changes: int = 0
+    reconnects: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class Pipeline:
+    def __init__(self, settings: Settings, sink: Sink, stop: threading.Event | None = None) -> None:
+        self.settings = settings
+        self.sink = sink
+        self.stop = stop or threading.Event()
+        self.progress = Progress()
+        self.pool = BufferPool(settings.buffer.memory_limit, settings.buffer.spill_dir)
+        self.stats = Stats()
+
+    def run(self) -> None:
+        """Stream until ``stop`` is set. Raises on errors that retrying cannot fix."""
+        reconnect = self.settings.source.reconnect
+        delay = reconnect.initial_backoff_s
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                self._session()
+                return
+            except SourceDisconnected as exc:
+                failures += 1
+                if reconnect.max_attempts and failures > reconnect.max_attempts:
+                    raise
+                self.stats.reconnects += 1
+                log.warning("source disconnected; retrying", error=str(exc), retry_in_s=round(delay, 2),
+                            flushed_lsn=format_lsn(self.progress.flushed_lsn))  # fmt: skip
+                if self.stop.wait(delay):
+                    return
+                delay = min(delay * 2, reconnect.max_backoff_s)
+
+    def _session(self) -> None:
+        source = self.settings.source
+        assembler = Assembler(self.pool)
+        with Walsender(source) as walsender:
+            try:
+                info = walsender.start(self.progress.flushed_lsn)
+                log.info("streaming", slot=source.slot, protocol=info.protocol_version, server=info.server_version,
+                         slot_created=info.slot_created, start_lsn=format_lsn(info.start_lsn))  # fmt: skip
+                self._stream(walsender, Decoder(info.encoding), assembler)
+            finally:
+                assembler.reset()
+            self._send_status(walsender)
+
+    def _stream(self, walsender: Walsender, decoder: Decoder, assembler: Assembler) -> None:
+        interval = self.settings.source.status_interval_s
+        progress = self.progress
+        next_status = time.monotonic() + interval
+        while not self.stop.is_set():
+            frames = walsender.read(timeout=max(0.0, min(1.0, next_status - time.monotonic())))
+            reply = False
+            for frame in frames:
+                kind = frame[0]
+                if kind == _W:
+                    data_start, wal_end = parse_xlogdata_header(frame)
+                    progress.received(max(data_start, wal_end))
+                    self._handle(decoder, assembler, frame[XLOGDATA_PAYLOAD_OFFSET:], data_start)
+                elif kind == _K:
+                    keepalive = parse_keepalive(frame)
+                    progress.idle(keepalive.wal_end, assembler.in_transaction)
+                    reply = reply or keepalive.reply_requested
+                else:
+                    raise DecodeError("CopyData", 0, f"unknown replication frame type {chr(kind)!r}")
+            if reply or time.monotonic() >= next_status:
+                self._send_status(walsender)
+                next_status = time.monotonic() + interval
+
+    def _handle(self, decoder: Decoder, assembler: Assembler, payload: bytes, wal_lsn: int) -> None:
+        try:
+            event = assembler.feed(decoder.decode(payload, wal_lsn))
+        except DecodeError as exc:
+            exc.wal_lsn = wal_lsn
+            raise
+        if event is None:
+            return
+        if isinstance(event, Transaction):
+            self.stats.transactions += 1
+            self.stats.changes += event.change_count
+            self.sink.write_transaction(event, self.progress)
+        else:
+            self.sink.write_message(event, self.progress)
+
+    def _send_status(self, walsender: Walsender) -> None:
+        progress = self.progress
+        flushed = progress.flushed_lsn
+        try:
+            walsender.send(standby_status_update(progress.received_lsn, flushed, flushed, pg_now_us()))
+        except SourceDisconnected:
+            if not self.stop.is_set():
+                raise
+        log.debug("status sent", write=format_lsn(progress.received_lsn), flush=format_lsn(flushed))

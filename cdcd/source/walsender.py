@@ -1,0 +1,223 @@
+"""The walsender connection: slot and publication management, START_REPLICATION, COPY BOTH I/O.
+
+This is the only place that talks the replication protocol over the network (psycopg 3, through
+``conn.pgconn``). It hands raw CopyData frames to the caller and sends back standby status updates.
+"""
+
+from __future__ import annotations
+
+import select
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import pq, sql
+
+from cdcd.config import Publication, SourceSettings
+from cdcd.lsn import parse_lsn
+from cdcd.source.protocol import protocol_version_for, quote_ident, start_replication_command
+
+# PostgreSQL encoding names -> Python codecs for the encodings a server database can use.
+_PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "ascii", "LATIN1": "latin-1", "WIN1252": "cp1252", "EUC_JP": "euc_jp"}
+
+
+class SourceError(RuntimeError):
+    """A problem with the source database that retrying will not fix (bad slot, missing publication...)."""
+
+
+class SourceDisconnected(ConnectionError):
+    """The connection to the server was lost or could not be made; retrying may succeed."""
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    system_id: str
+    timeline: int
+    server_wal_lsn: int
+    database: str
+    server_version: int
+    protocol_version: int
+    encoding: str
+    slot_created: bool
+    start_lsn: int
+
+
+def _connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(dsn, autocommit=True, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise SourceDisconnected(f"cannot connect to PostgreSQL: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+class Walsender:
+    """One replication session. Use as a context manager; ``start()`` then ``read()``/``send()``."""
+
+    def __init__(self, settings: SourceSettings) -> None:
+        self.settings = settings
+        self._dsn = settings.dsn.get_secret_value()
+        self._admin: psycopg.Connection[Any] | None = None
+        self._repl: psycopg.Connection[Any] | None = None
+
+    def __enter__(self) -> Walsender:
+        return self
+
+    def __exit__(self, *exc: object | TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for conn in (self._repl, self._admin):
+            if conn is not None and not conn.closed:
+                conn.close()
+        self._repl = self._admin = None
+
+    # -- setup --------------------------------------------------------------------------------
+
+    def start(self, start_lsn: int) -> SessionInfo:
+        """Connect, ensure publications and slot, and enter COPY BOTH at ``start_lsn`` (0: the slot's position)."""
+        self._admin = admin = _connect(self._dsn)
+        server_version = admin.info.server_version
+        server_encoding = admin.info.parameter_status("server_encoding") or "UTF8"
+        encoding = _PY_ENCODINGS.get(server_encoding)
+        if encoding is None:
+            raise SourceError(f"database encoding {server_encoding} is not supported (use UTF8)")
+        if self.settings.manage_publications:
+            ensure_publications(admin, self.settings.publications)
+        self._require_publications(admin)
+        self._repl = _connect(self._dsn, replication="database")
+        system = self._command("IDENTIFY_SYSTEM")
+        slot_created = self._ensure_slot(admin, server_version)
+        proto = self.settings.protocol_version
+        proto_version = protocol_version_for(server_version) if proto == "auto" else int(proto)
+        command = start_replication_command(
+            self.settings.slot,
+            start_lsn,
+            proto_version,
+            [p.name for p in self.settings.publications],
+            streaming=self.settings.streaming,
+            messages=self.settings.messages,
+            binary=self.settings.binary,
+        )
+        result = self._pgconn.exec_(command.encode())
+        if result.status != pq.ExecStatus.COPY_BOTH:
+            raise SourceError(f"START_REPLICATION failed: {_result_error(result)}")
+        return SessionInfo(
+            system_id=system[0],
+            timeline=int(system[1]),
+            server_wal_lsn=parse_lsn(system[2]),
+            database=system[3],
+            server_version=server_version,
+            protocol_version=proto_version,
+            encoding=encoding,
+            slot_created=slot_created,
+            start_lsn=start_lsn,
+        )
+
+    @property
+    def _pgconn(self) -> pq.abc.PGconn:
+        if self._repl is None:
+            raise SourceDisconnected("replication connection is not open")
+        return self._repl.pgconn
+
+    def _command(self, command: str) -> list[str]:
+        result = self._pgconn.exec_(command.encode())
+        if result.status != pq.ExecStatus.TUPLES_OK:
+            raise SourceError(f"{command.split(maxsplit=1)[0]} failed: {_result_error(result)}")
+        return [(v or b"").decode() for v in (result.get_value(0, i) for i in range(result.nfields))]
+
+    def _require_publications(self, admin: psycopg.Connection[Any]) -> None:
+        names = [p.name for p in self.settings.publications]
+        rows = admin.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)", [names]).fetchall()
+        missing = sorted(set(names) - {r[0] for r in rows})
+        if missing:
+            hint = "" if self.settings.manage_publications else " (create them, or set source.manage_publications)"
+            raise SourceError(f"publication(s) {', '.join(missing)} do not exist{hint}")
+
+    def _ensure_slot(self, admin: psycopg.Connection[Any], server_version: int) -> bool:
+        slot = self.settings.slot
+        row = admin.execute(
+            "SELECT plugin, slot_type, database, active, active_pid FROM pg_replication_slots WHERE slot_name = %s",
+            [slot],
+        ).fetchone()
+        if row is not None:
+            plugin, slot_type, database, active, active_pid = row
+            if slot_type != "logical" or plugin != "pgoutput":
+                raise SourceError(
+                    f"slot {slot!r} exists but is a {slot_type} slot with plugin {plugin!r}, not pgoutput"
+                )
+            if database != admin.info.dbname:
+                raise SourceError(f"slot {slot!r} belongs to database {database!r}, not {admin.info.dbname!r}")
+            if active:
+                raise SourceError(f"slot {slot!r} is active: another consumer (pid {active_pid}) is streaming from it")
+            return False
+        if not self.settings.create_slot:
+            raise SourceError(f"slot {slot!r} does not exist and source.create_slot is false")
+        temporary = " TEMPORARY" if self.settings.temporary_slot else ""
+        snapshot = " (SNAPSHOT 'nothing')" if server_version >= 150000 else " NOEXPORT_SNAPSHOT"
+        self._command(f"CREATE_REPLICATION_SLOT {quote_ident(slot)}{temporary} LOGICAL pgoutput{snapshot}")
+        return True
+
+    # -- streaming ----------------------------------------------------------------------------
+
+    def read(self, timeout: float) -> list[bytes]:
+        """Return the CopyData frames available now, waiting up to ``timeout`` seconds for the first."""
+        pgconn = self._pgconn
+        frames: list[bytes] = []
+        try:
+            while True:
+                size, data = pgconn.get_copy_data(1)
+                if size > 0:
+                    frames.append(bytes(data))
+                    continue
+                if size < 0:
+                    self._copy_ended(pgconn)
+                if frames:
+                    return frames
+                if not select.select([pgconn.socket], [], [], timeout)[0]:
+                    return frames
+                pgconn.consume_input()
+                timeout = 0
+        except psycopg.Error as exc:
+            raise SourceDisconnected(f"replication connection lost: {_first_line(exc)}") from None
+
+    def _copy_ended(self, pgconn: pq.abc.PGconn) -> None:
+        result = pgconn.get_result()
+        reason = _result_error(result) if result is not None else pgconn.get_error_message() or "server ended COPY"
+        raise SourceDisconnected(f"replication stream ended: {reason}")
+
+    def send(self, frame: bytes) -> None:
+        pgconn = self._pgconn
+        try:
+            if pgconn.put_copy_data(frame) != 1 or pgconn.flush() != 0:
+                raise SourceDisconnected(f"cannot send to server: {pgconn.get_error_message()}")
+        except psycopg.Error as exc:
+            raise SourceDisconnected(f"cannot send to server: {_first_line(exc)}") from None
+
+
+def _result_error(result: pq.abc.PGresult) -> str:
+    message = result.error_message.decode(errors="replace").strip()
+    return message or f"unexpected result status {pq.ExecStatus(result.status).name}"
+
+
+def ensure_publications(admin: psycopg.Connection[Any], publications: list[Publication]) -> list[str]:
+    """Create configured publications that do not exist yet; return the names created."""
+    created = []
+    existing = {r[0] for r in admin.execute("SELECT pubname FROM pg_publication").fetchall()}
+    for publication in publications:
+        if publication.name in existing:
+            continue
+        target: sql.Composable
+        if publication.all_tables:
+            target = sql.SQL("FOR ALL TABLES")
+        elif publication.tables:
+            names = [sql.Identifier(*t.name.split(".")) for t in publication.tables]
+            target = sql.SQL("FOR TABLE {}").format(sql.SQL(", ").join(names))
+        else:
+            target = sql.SQL("")
+        admin.execute(sql.SQL("CREATE PUBLICATION {} {}").format(sql.Identifier(publication.name), target))
+        created.append(publication.name)
+    return created
