@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 
 from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, RowChange, Truncate
 
-VALUE_OVERHEAD = 56  # bytes of Python object per tuple value beyond its wire bytes
+VALUE_OVERHEAD = 64  # CPython str header (49 B) + tuple slot (8 B), less the 5 wire bytes, rounded up
 CHANGE_OVERHEAD = 200  # the change object, its tuples and the list slot
 
 _LEN = struct.Struct(">I")

@@ -1,0 +1,200 @@
+"""Integration harness: real PostgreSQL servers from deploy/local/stack, cdcd run as a real process.
+
+``CDCD_TEST_PG_VERSIONS`` (default "15") lists the PostgreSQL majors every integration test runs on.
+Each test gets a database of its own, so slots and publications never leak between tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK = ROOT / "deploy" / "local" / "stack"
+VERSIONS = os.environ.get("CDCD_TEST_PG_VERSIONS", "15").split()
+
+
+@dataclass(frozen=True)
+class PgServer:
+    version: int
+    env: dict[str, str]  # what `stack env` exports for this version
+
+    def dsn(self, dbname: str | None = None, options: str = "") -> str:
+        base = self.env["CDCD_SOURCE__DSN"]
+        if dbname:
+            base += f" dbname={dbname}"
+        return base + (f" options='{options}'" if options else "")
+
+    @property
+    def bin_dir(self) -> Path:
+        return Path(self.env["CDCD_PG_BIN"])
+
+    @property
+    def streaming_options(self) -> str:
+        """Walsender settings that make small test transactions stream (per connection, no server restart)."""
+        options = "-c logical_decoding_work_mem=64kB"
+        if self.version >= 16:
+            options += " -c debug_logical_replication_streaming=immediate"
+        return options
+
+
+def stack_env(version: str) -> dict[str, str]:
+    script = f'eval "$(PG_VERSION={version} {STACK} env)" && env -0'
+    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True).stdout.decode()
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+
+@pytest.fixture(scope="session", params=VERSIONS, ids=lambda v: f"pg{v}")
+def pg(request: pytest.FixtureRequest) -> PgServer:
+    version = str(request.param)
+    subprocess.run([str(STACK), "up", "pg"], check=True, env={**os.environ, "PG_VERSION": version})
+    return PgServer(int(version), stack_env(version))
+
+
+@dataclass
+class Database:
+    server: PgServer
+    name: str
+
+    def dsn(self, options: str = "") -> str:
+        return self.server.dsn(self.name, options)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn(), autocommit=True)
+
+    def execute(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        with self.connect() as conn:
+            cursor = conn.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
+
+
+@pytest.fixture
+def db(pg: PgServer) -> Iterator[Database]:
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    database = Database(pg, name)
+    yield database
+    with psycopg.connect(pg.dsn(), autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = %s AND active", [name]
+        )
+        for _ in range(50):
+            slots = admin.execute("SELECT slot_name, active FROM pg_replication_slots WHERE database = %s", [name])
+            rows = slots.fetchall()
+            if not any(active for _, active in rows):
+                break
+            time.sleep(0.1)
+        for slot, _ in rows:
+            admin.execute("SELECT pg_drop_replication_slot(%s)", [slot])
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+class Tail:
+    """A `cdcd tail` process writing JSON lines to a file."""
+
+    def __init__(self, db: Database, slot: str, config: Path, output: Path, log: Path) -> None:
+        self.db, self.slot = db, slot
+        self.config, self.output, self.log = config, output, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, output: Path | None = None) -> Tail:
+        if output is not None:
+            self.output = output
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cdcd", "tail", "--config", str(self.config), "--output", str(self.output)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env={k: v for k, v in os.environ.items() if not k.startswith("CDCD_")},
+            )
+        return self
+
+    def lines(self) -> list[dict[str, Any]]:
+        if not self.output.exists():
+            return []
+        text = self.output.read_text()
+        complete = text[: text.rfind("\n") + 1]  # a kill -9 may leave half a line
+        return [json.loads(line) for line in complete.splitlines() if line]
+
+    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 60) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.lines()
+            if predicate(lines):
+                return lines
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"cdcd tail exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out with {len(lines)} lines; log:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def _slot_active(self) -> bool:
+        rows = self.db.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", [self.slot])
+        return bool(rows and rows[0][0])
+
+    def wait_streaming(self, timeout: float = 30) -> None:
+        """Wait until the process holds its slot (it is streaming)."""
+        self._wait(self._slot_active, "never started streaming", timeout)
+
+    def wait_slot_released(self, timeout: float = 30) -> None:
+        self._wait(lambda: not self._slot_active(), "slot stayed active after its consumer stopped", timeout)
+
+    def _wait(self, condition: Callable[[], bool], failure: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.slot}: {failure}; log:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+    def stop(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        return self.kill(signal.SIGTERM)
+
+
+@pytest.fixture
+def tail_factory(db: Database, tmp_path: Path) -> Iterator[Callable[..., Tail]]:
+    started: list[Tail] = []
+
+    def make(slot: str = "", publication: str = "cdcd_pub", **source: Any) -> Tail:
+        slot = slot or f"s_{db.name}"  # slot names are cluster-wide
+        config = {
+            "source": {
+                "dsn": db.dsn(db.server.streaming_options),
+                "slot": slot,
+                "publications": [{"name": publication}],
+                "status_interval_s": 0.5,
+                "reconnect": {"initial_backoff_s": 0.2, "max_backoff_s": 1},
+                **source,
+            },
+            "buffer": {"spill_dir": str(tmp_path / "spill"), "memory_limit": "256KiB"},
+            "log": {"level": "info", "format": "json"},
+        }
+        path = tmp_path / f"{slot}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        tail = Tail(db, slot, path, tmp_path / f"{slot}.jsonl", tmp_path / f"{slot}.log")
+        started.append(tail)
+        return tail
+
+    yield make
+    for tail in started:
+        tail.stop()

@@ -1,0 +1,77 @@
+"""Configuration: YAML, environment overrides, and errors that name the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdcd.cli import main
+from cdcd.config import ConfigError, load_settings, parse_size
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cdcd.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_yaml_with_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "source:\n  dsn: host=a\n  slot: from_file\nbuffer:\n  memory_limit: 16MiB\n")
+    monkeypatch.setenv("CDCD_SOURCE__SLOT", "from_env")
+    monkeypatch.setenv("CDCD_BUFFER__SPILL_DIR", str(tmp_path))
+    settings = load_settings(path)
+    assert settings.source.slot == "from_env"
+    assert settings.source.dsn.get_secret_value() == "host=a"
+    assert settings.buffer.memory_limit == 16 * 1024 * 1024
+    assert settings.buffer.spill_dir == tmp_path
+    assert [p.name for p in settings.source.publications] == ["cdcd"]
+
+
+def test_env_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDCD_SOURCE__DSN", "host=b password=secret")
+    settings = load_settings(None)
+    assert settings.source.dsn.get_secret_value() == "host=b password=secret"
+    assert "secret" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("source: {}\n", ["source.dsn", "Field required"]),
+        ("source: {dsn: x, slot: Bad-Name}\n", ["source.slot", "lower-case"]),
+        ("source: {dsn: x, slott: a}\n", ["source.slott", "Extra inputs"]),
+        ("source: {dsn: x, protocol_version: 7}\n", ["protocol_version"]),
+        ("source: {dsn: x, publications: [{name: p, tables: [{name: nodot}]}]}\n", ["schema.table"]),
+        ("source: {dsn: x, publications: [{name: p, all_tables: true, tables: [{name: a.b}]}]}\n", ["exclusive"]),
+        ("source: {dsn: x, publications: [{name: p}, {name: p}]}\n", ["duplicate publication"]),
+        ("source: {dsn: x}\nbuffer: {memory_limit: lots}\n", ["buffer.memory_limit", "not a size"]),
+        ("- just\n- a list\n", ["mapping at the top level"]),
+        ("source: [unclosed\n", ["not valid YAML"]),
+    ],
+)
+def test_bad_config_is_named(tmp_path: Path, text: str, fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text))
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_several_problems_reported_together(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, "source: {dsn: x, slot: BAD, streaming: maybe}\n"))
+    assert "2 problems" in str(info.value)
+    assert "source.slot" in str(info.value)
+    assert "source.streaming" in str(info.value)
+
+
+def test_cli_exits_2_on_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--config", str(write(tmp_path, "source: {dsn: x, nope: 1}\n"))]) == 2
+    assert "source.nope" in capsys.readouterr().err
+    assert main(["tail", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read config file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "value"), [(5, 5), ("64MiB", 64 << 20), ("512k", 512 << 10), ("1 GB", 1 << 30)])
+def test_parse_size(text: object, value: int) -> None:
+    assert parse_size(text) == value

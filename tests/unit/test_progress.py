@@ -1,0 +1,57 @@
+"""The flush LSN never passes work the sink has not finished."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdcd.progress import Progress
+
+
+def test_flush_advances_only_over_a_finished_prefix() -> None:
+    p = Progress()
+    a, b, c = p.open(100), p.open(200), p.open(300)
+    for entry in (a, b, c):
+        p.add(entry, 2)
+        p.seal(entry)
+    p.ack(b, 2)  # b finished before a: cannot be confirmed yet
+    assert p.flushed_lsn == 0
+    p.ack(a)
+    assert p.flushed_lsn == 0
+    p.ack(a)
+    assert p.flushed_lsn == 200
+    p.ack(c, 2)
+    assert p.flushed_lsn == 300
+    assert p.pending == 0
+
+
+def test_unsealed_entry_holds_flush_back() -> None:
+    p = Progress()
+    entry = p.open(100)
+    p.add(entry)
+    p.ack(entry)
+    assert p.flushed_lsn == 0  # more messages of this transaction may still come
+    p.seal(entry)
+    assert p.flushed_lsn == 100
+
+
+def test_idle_keepalive_confirms_only_when_nothing_pending() -> None:
+    p = Progress(start_lsn=50)
+    p.idle(400, in_transaction=True)
+    assert p.flushed_lsn == 50
+    entry = p.open(100)
+    p.idle(400, in_transaction=False)
+    assert p.flushed_lsn == 50
+    p.seal(entry)
+    assert p.flushed_lsn == 100
+    p.idle(400, in_transaction=False)
+    assert p.flushed_lsn == 400
+    assert p.received_lsn == 400
+    p.idle(300, in_transaction=False)
+    assert p.flushed_lsn == 400  # never goes backwards
+
+
+def test_over_acknowledgement_is_an_error() -> None:
+    p = Progress()
+    entry = p.open(1)
+    with pytest.raises(RuntimeError):
+        p.ack(entry)
