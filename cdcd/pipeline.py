@@ -84,7 +84,8 @@ class Pipeline:
                 info = walsender.start(self.progress.flushed_lsn)
                 log.info("streaming", slot=source.slot, protocol=info.protocol_version, server=info.server_version,
                          slot_created=info.slot_created, start_lsn=format_lsn(info.start_lsn))  # fmt: skip
-                self._stream(walsender, Decoder(info.encoding), assembler)
+                decoder = Decoder(info.encoding, parallel_streaming=info.parallel_streaming)
+                self._stream(walsender, decoder, assembler)
             finally:
                 assembler.reset()
             self._send_status(walsender)

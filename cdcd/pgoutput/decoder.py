@@ -189,8 +189,11 @@ def read_tuple(buf: bytes, pos: int, name: str, encoding: str) -> tuple[Row, int
 class Decoder:
     """Stateful decoder for one replication session. Create a new one after reconnecting."""
 
-    def __init__(self, encoding: str = "utf-8") -> None:
+    def __init__(self, encoding: str = "utf-8", *, parallel_streaming: bool = False) -> None:
+        """``parallel_streaming``: the session asked for streaming = parallel (protocol 4), so every Stream
+        Abort carries the abort LSN and timestamp; otherwise none does."""
         self.encoding = encoding
+        self.parallel_streaming = parallel_streaming
         self.relations: dict[int, Relation] = {}
         self.types: dict[int, Type] = {}
         self.in_stream = False
@@ -230,6 +233,15 @@ class Decoder:
         reader = _Reader(data, MESSAGE_NAMES[kind], self.encoding)
         message = handler(reader, data, wal_lsn)
         reader.end()
+        # State changes only once the whole message proved well-formed.
+        if isinstance(message, Relation):
+            self.relations[message.relation_id] = message
+        elif isinstance(message, Type):
+            self.types[message.type_oid] = message
+        elif isinstance(message, StreamStart):
+            self.in_stream = True
+        elif isinstance(message, StreamStop):
+            self.in_stream = False
         return message
 
     # -- changes (hot path) -------------------------------------------------------------------
@@ -318,16 +330,12 @@ class Decoder:
             flags = r.u8("column flags")
             column_name = r.string("column name")
             columns.append(Column(column_name, r.u32("column type oid"), r.i32("type modifier"), bool(flags & 1)))
-        relation = Relation(relation_id, schema, name, identity, tuple(columns), xid)
-        self.relations[relation_id] = relation
-        return relation
+        return Relation(relation_id, schema, name, identity, tuple(columns), xid)
 
     def _type(self, r: _Reader, buf: bytes, wal_lsn: int) -> Type:
         xid = self._stream_xid(r)
         type_oid = r.u32("type oid")
-        info = Type(type_oid, r.string("namespace"), r.string("type name"), xid)
-        self.types[type_oid] = info
-        return info
+        return Type(type_oid, r.string("namespace"), r.string("type name"), xid)
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -353,14 +361,11 @@ class Decoder:
     def _stream_start(self, r: _Reader, buf: bytes, wal_lsn: int) -> StreamStart:
         if self.in_stream:
             raise r.fail("Stream Start inside a streamed block (no Stream Stop)", 0)
-        message = StreamStart(r.u32("Xid"), r.flag("first segment"))
-        self.in_stream = True
-        return message
+        return StreamStart(r.u32("Xid"), r.flag("first segment"))
 
     def _stream_stop(self, r: _Reader, buf: bytes, wal_lsn: int) -> StreamStop:
         if not self.in_stream:
             raise r.fail("Stream Stop outside a streamed block", 0)
-        self.in_stream = False
         return StreamStop()
 
     def _stream_commit(self, r: _Reader, buf: bytes, wal_lsn: int) -> StreamCommit:
@@ -370,9 +375,8 @@ class Decoder:
 
     def _stream_abort(self, r: _Reader, buf: bytes, wal_lsn: int) -> StreamAbort:
         xid, subxid = r.u32("Xid"), r.u32("subtransaction Xid")
-        if r.pos == len(buf):
+        if not self.parallel_streaming:
             return StreamAbort(xid, subxid)
-        # Protocol 4 with streaming = parallel appends the abort LSN and timestamp.
         return StreamAbort(xid, subxid, r.u64("abort LSN"), r.i64("abort timestamp"))
 
     # -- two-phase commit (protocol 3+) -----------------------------------------------------

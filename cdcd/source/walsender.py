@@ -41,6 +41,12 @@ class SessionInfo:
     encoding: str
     slot_created: bool
     start_lsn: int
+    streaming: str
+
+    @property
+    def parallel_streaming(self) -> bool:
+        """Stream Abort carries abort LSN and timestamp only with streaming = parallel on protocol 4."""
+        return self.protocol_version >= 4 and self.streaming == "parallel"
 
 
 def _connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
@@ -115,6 +121,7 @@ class Walsender:
             encoding=encoding,
             slot_created=slot_created,
             start_lsn=start_lsn,
+            streaming=self.settings.streaming,
         )
 
     @property

@@ -109,7 +109,7 @@ class Decoded:
 
 
 def decode_capture(fx: Fixture, proto: int, scenario: str) -> list[Decoded]:
-    decoder = Decoder()
+    decoder = Decoder(parallel_streaming=fx.capture(proto, scenario).options.get("streaming") == "parallel")
     return [Decoded(m, decoder.decode(m.data, m.lsn)) for m in fx.stream(proto, scenario)]
 
 

@@ -55,21 +55,23 @@ class State:
 
     in_stream: bool
     relations: tuple[tuple[int, Relation], ...]
+    parallel: bool = False  # streaming = parallel: Stream Abort carries abort LSN and timestamp
 
     def decoder(self) -> Decoder:
-        decoder = Decoder()
+        decoder = Decoder(parallel_streaming=self.parallel)
         decoder.in_stream = self.in_stream
         decoder.relations = dict(self.relations)
         return decoder
 
 
 def state_of(decoder: Decoder) -> State:
-    return State(decoder.in_stream, tuple(sorted(decoder.relations.items(), key=lambda item: item[0])))
+    relations = tuple(sorted(decoder.relations.items(), key=lambda item: item[0]))
+    return State(decoder.in_stream, relations, decoder.parallel_streaming)
 
 
-def replay(messages: list[tuple[bytes, int]]) -> list[tuple[bytes, State]]:
+def replay(messages: list[tuple[bytes, int]], parallel: bool) -> list[tuple[bytes, State]]:
     """Decode a stream in order, returning each message with the decoder state it was decoded in."""
-    decoder = Decoder()
+    decoder = Decoder(parallel_streaming=parallel)
     result = []
     for data, lsn in messages:
         state = state_of(decoder)
@@ -84,7 +86,7 @@ def load_captured() -> list[tuple[bytes, State]]:
         fx = load_fixture(path)
         for capture in fx.captures:
             stream = [(m.data, m.lsn) for m in fx.stream(capture.proto, capture.scenario)]
-            for item in replay(stream):
+            for item in replay(stream, capture.options.get("streaming") == "parallel"):
                 seen.setdefault(item)
     return list(seen)
 
@@ -110,27 +112,9 @@ def decode_or_decode_error(state: State, data: bytes) -> Message | None:
         return None
 
 
-def is_parallel_abort_head(data: bytes, cut: int) -> bool:
-    """Stream Abort's abort LSN and timestamp are optional (only with streaming = parallel), so the first 9 bytes
-    of a protocol 4 Stream Abort are a complete protocol 2/3 Stream Abort: the one strict prefix that decodes."""
-    return data[:1] == b"A" and len(data) == 25 and cut == 9
-
-
 def check_every_prefix_fails(state: State, data: bytes) -> None:
     for cut in range(len(data)):
         prefix = data[:cut]
-        if is_parallel_abort_head(data, cut):
-            decoded = state.decoder().decode(prefix)
-            full = state.decoder().decode(data)
-            assert isinstance(decoded, StreamAbort)
-            assert isinstance(full, StreamAbort)
-            assert (decoded.xid, decoded.subxid, decoded.abort_lsn, decoded.abort_time) == (
-                full.xid,
-                full.subxid,
-                None,
-                None,
-            )
-            continue
         with pytest.raises(DecodeError) as info:
             state.decoder().decode(prefix)
         check_error(info.value, prefix)
@@ -216,7 +200,22 @@ def sessions(draw: st.DrawFn) -> list[tuple[Message, int]]:
     if in_stream:
         out.append(StreamStop())
     out.append(draw(standalone_messages))
+    # One session has one streaming mode: every Stream Abort carries the parallel fields, or none does.
+    parallel = draw(st.booleans())
+    out = [_abort_for_mode(m, parallel, draw) if isinstance(m, StreamAbort) else m for m in out]
     return [(m, m.wal_lsn if isinstance(m, RowChange | Truncate) else draw(u64s)) for m in out]
+
+
+def _abort_for_mode(msg: StreamAbort, parallel: bool, draw: st.DrawFn) -> StreamAbort:
+    if not parallel:
+        return StreamAbort(msg.xid, msg.subxid)
+    return StreamAbort(msg.xid, msg.subxid, draw(u64s), draw(i64s))
+
+
+def decoder_for(messages: list[Message]) -> Decoder:
+    """A decoder in the streaming mode the messages were encoded for."""
+    parallel = any(isinstance(m, StreamAbort) and m.abort_lsn is not None for m in messages)
+    return Decoder(parallel_streaming=parallel)
 
 
 def expected(msg: Message, data: bytes) -> Message:
@@ -229,13 +228,13 @@ def expected(msg: Message, data: bytes) -> Message:
 @SETTINGS
 @given(standalone_messages)
 def test_standalone_messages_round_trip(msg: Message) -> None:
-    assert Decoder().decode(enc.encode(msg)) == msg
+    assert decoder_for([msg]).decode(enc.encode(msg)) == msg
 
 
 @SETTINGS
 @given(sessions())
 def test_message_sequences_round_trip(session: list[tuple[Message, int]]) -> None:
-    decoder = Decoder()
+    decoder = decoder_for([m for m, _ in session])
     for msg, lsn in session:
         data = enc.encode(msg)
         decoded = decoder.decode(data, lsn)
@@ -261,7 +260,7 @@ def test_every_strict_prefix_of_every_captured_message_fails() -> None:
 @SETTINGS
 @given(sessions())
 def test_every_strict_prefix_of_encoded_messages_fails(session: list[tuple[Message, int]]) -> None:
-    decoder = Decoder()
+    decoder = decoder_for([m for m, _ in session])
     for msg, lsn in session:
         data = enc.encode(msg)
         check_every_prefix_fails(state_of(decoder), data)
@@ -315,7 +314,7 @@ def test_captured_messages_mutated_at_every_position() -> None:
 def test_mutated_encoded_messages_decode_or_raise_decode_error(
     session: list[tuple[Message, int]], data: st.DataObject
 ) -> None:
-    decoder = Decoder()
+    decoder = decoder_for([m for m, _ in session])
     for msg, lsn in session:
         encoded = enc.encode(msg)
         mutated = mutate(encoded, data.draw(st.integers(0, len(encoded) - 1)), data.draw(u8s))
@@ -452,3 +451,28 @@ def test_trailing_bytes() -> None:
         data = enc.encode(msg) + b"\0"
         error = raises(State(isinstance(msg, StreamStop), ()), data)
         assert error.offset == len(data) - 1
+
+
+# -- streaming mode and failed messages ----------------------------------------------------------------------------
+
+
+def test_stream_abort_layout_follows_the_streaming_mode() -> None:
+    short = b"A" + enc.u32(5) + enc.u32(6)
+    long = short + enc.u64(7) + enc.i64(8)
+    assert Decoder().decode(short) == StreamAbort(5, 6)
+    assert Decoder(parallel_streaming=True).decode(long) == StreamAbort(5, 6, 7, 8)
+    with pytest.raises(DecodeError, match="truncated: abort LSN") as info:
+        Decoder(parallel_streaming=True).decode(short)
+    assert info.value.offset == 9
+    with pytest.raises(DecodeError, match="16 unexpected trailing bytes"):
+        Decoder().decode(long)
+
+
+def test_a_rejected_message_leaves_the_decoder_state_unchanged() -> None:
+    decoder = Decoder()
+    with pytest.raises(DecodeError, match="trailing"):
+        decoder.decode(enc.encode(KNOWN) + b"\x00")
+    assert decoder.relations == {}
+    with pytest.raises(DecodeError, match="trailing"):
+        decoder.decode(enc.encode(StreamStart(1, True)) + b"\x00")
+    assert not decoder.in_stream
