@@ -117,8 +117,9 @@ class Assembler:
 
     def feed(self, message: Message) -> Event | None:
         """Take one message; return a finished transaction or a non-transactional message, if any."""
-        if isinstance(message, RowChange | Truncate):
-            self._target(message).buffer.append(message, message.xid)
+        if message.__class__ is RowChange or message.__class__ is Truncate:  # the per-row path
+            target = self._stream or self._current or self._target(message)
+            target.buffer.append(message)
             return None
         handler = _HANDLERS.get(type(message))
         if handler is None:
@@ -138,7 +139,7 @@ class Assembler:
     def _on_message(self, message: LogicalMessage) -> Event | None:
         if not message.transactional:
             return message
-        self._target(message).buffer.append(message, message.xid)
+        self._target(message).buffer.append(message)
         return None
 
     def _on_begin(self, message: Begin) -> None:

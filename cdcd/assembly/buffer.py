@@ -76,7 +76,7 @@ class ChangeBuffer:
         self.xid = xid
         self.count = 0
         self.memory_bytes = 0
-        self._memory: list[tuple[int | None, Change]] = []
+        self._memory: list[Change] = []
         self._spilled = 0  # changes in the file; they precede those in memory
         self._file: BinaryIO | None = None
         self._file_bytes = 0
@@ -90,16 +90,22 @@ class ChangeBuffer:
     def spill_path(self) -> Path | None:
         return self._path
 
-    def append(self, change: Change, subxid: int | None = None) -> None:
+    def append(self, change: Change) -> None:
+        """Add a change; its ``xid`` (set inside streamed blocks) is the subtransaction that made it."""
+        subxid = change.xid
         if subxid is not None and subxid not in self._subxact_first:
             self._subxact_first[subxid] = self.count
-        self._memory.append((subxid, change))
+        self._memory.append(change)
         self.count += 1
-        cost = change_cost(change)
+        if change.__class__ is RowChange:  # the per-row path: change_cost() inlined
+            cost = change.size + CHANGE_OVERHEAD + VALUE_OVERHEAD * len(change.relation.columns)
+        else:
+            cost = change_cost(change)
         self.memory_bytes += cost
-        self.pool.memory_bytes += cost
-        if self.pool.memory_bytes > self.pool.memory_limit:
-            self.pool._grew()
+        pool = self.pool
+        pool.memory_bytes += cost
+        if pool.memory_bytes > pool.memory_limit:
+            pool._grew()
 
     def discard_subtransaction(self, subxid: int) -> bool:
         """Drop subxid's changes and every change after them (PostgreSQL's ROLLBACK TO semantics).
@@ -126,7 +132,7 @@ class ChangeBuffer:
     def _drop_memory(self, keep: int) -> None:
         dropped = self._memory[keep:]
         del self._memory[keep:]
-        cost = sum(change_cost(change) for _, change in dropped)
+        cost = sum(map(change_cost, dropped))
         self.memory_bytes -= cost
         self.pool.memory_bytes -= cost
 
@@ -141,10 +147,10 @@ class ChangeBuffer:
         before = self._file_bytes
         out = bytearray()
         index = self._spilled
-        for subxid, change in self._memory:
+        for change in self._memory:
             if index in firsts:
                 self._offsets[index] = before + len(out)
-            record = marshal.dumps((subxid, self._pack(change)))  # type: ignore[arg-type]
+            record = marshal.dumps(self._pack(change))  # type: ignore[arg-type]
             out += _LEN.pack(len(record))
             out += record
             index += 1
@@ -194,8 +200,7 @@ class ChangeBuffer:
         """Replay every change in order: the spilled ones from the file, then those in memory."""
         if self._file is not None and self._spilled:
             yield from self._read_spilled(self._file, self._file_bytes)
-        for _, change in self._memory:
-            yield change
+        yield from self._memory
 
     def _read_spilled(self, file: BinaryIO, end: int) -> Iterator[Change]:
         file.flush()
@@ -203,9 +208,8 @@ class ChangeBuffer:
         pos = 0
         while pos < end:
             (length,) = _LEN.unpack(file.read(4))
-            _subxid, record = marshal.loads(file.read(length))
             pos += 4 + length
-            yield self._unpack(record)
+            yield self._unpack(marshal.loads(file.read(length)))
 
     def close(self) -> None:
         """Release memory and delete the spill file. Safe to call twice."""
