@@ -1,0 +1,44 @@
+# cdcd developer entry points. Everything installs what it needs; every target is safe to re-run.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STACK := deploy/local/stack
+# PostgreSQL majors the integration suite runs on (15 from Debian, the others from npm).
+PG_VERSIONS ?= 14 15 17
+
+.PHONY: demo test lint unit integration stack venv clean
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+stack:
+	$(STACK) up all
+	for v in $(PG_VERSIONS); do PG_VERSION=$$v $(STACK) up pg; done
+
+# Bring up the local stack and show changes flowing through the daemon on a demo workload.
+demo: venv
+	$(STACK) up all
+	$(BIN)/python deploy/local/demo.py
+
+lint: venv
+	$(BIN)/ruff check cdcd tests benchmarks deploy
+	$(BIN)/ruff format --check cdcd tests benchmarks deploy
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest tests/unit -q
+
+integration: venv stack
+	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" $(BIN)/pytest tests/integration -q
+
+# The whole suite: lint, types, unit tests, integration tests on every PG major in PG_VERSIONS.
+test: lint stack
+	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" $(BIN)/pytest tests -q -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis cdcd.egg-info
