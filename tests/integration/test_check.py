@@ -1,0 +1,107 @@
+"""`cdcd check` and start-up failures against a real server: every problem named, in one report."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.conftest import Database, Tail
+
+pytestmark = pytest.mark.integration
+
+
+def run_cdcd(*args: str, config: dict[str, object], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "check.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    return subprocess.run(
+        [sys.executable, "-m", "cdcd", *args, "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_check_passes_on_a_ready_database(db: Database, tmp_path: Path) -> None:
+    db.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t")
+    config = {"source": {"dsn": db.dsn(), "slot": f"s_{db.name}", "publications": [{"name": "p"}]}}
+    result = run_cdcd("check", config=config, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ready" in result.stdout
+
+
+def test_check_reports_every_problem_at_once(db: Database, tmp_path: Path) -> None:
+    db.execute("CREATE TABLE t (id int); ALTER TABLE t REPLICA IDENTITY NOTHING")
+    db.execute("CREATE ROLE lowly LOGIN PASSWORD 'pw'")
+    try:
+        config = {
+            "source": {
+                "dsn": db.dsn() + " user=lowly password=pw",
+                "slot": f"s_{db.name}",
+                "create_slot": False,
+                "publications": [{"name": "missing_pub", "tables": [{"name": "public.t"}, {"name": "public.nope"}]}],
+            }
+        }
+        result = run_cdcd("check", config=config, tmp_path=tmp_path)
+    finally:
+        db.execute("DROP ROLE lowly")
+    assert result.returncode == 1
+    problems = result.stderr
+    assert "5 problem(s)" in problems
+    for fragment in (
+        "role 'lowly' lacks the REPLICATION attribute",
+        "publication 'missing_pub' does not exist",
+        "table public.t has REPLICA IDENTITY NOTHING",
+        "table public.nope does not exist",
+        f"slot 's_{db.name}' does not exist and create_slot is false",
+    ):
+        assert fragment in problems
+
+
+def test_unreachable_server_is_named(tmp_path: Path) -> None:
+    config = {"source": {"dsn": "host=127.0.0.1 port=1 dbname=x user=x connect_timeout=2"}}
+    result = run_cdcd("check", config=config, tmp_path=tmp_path)
+    assert result.returncode == 1
+    assert "cannot connect to PostgreSQL" in result.stderr
+    assert "port 1" in result.stderr
+
+
+def test_tail_refuses_a_missing_publication(db: Database, tmp_path: Path) -> None:
+    config = {"source": {"dsn": db.dsn(), "slot": f"s_{db.name}", "publications": [{"name": "nope"}]}}
+    result = run_cdcd("tail", config=config, tmp_path=tmp_path)
+    assert result.returncode == 1
+    assert "publication(s) nope do not exist" in result.stderr
+
+
+def test_second_consumer_on_an_active_slot_fails_fast(db: Database, tail_factory: Callable[..., Tail]) -> None:
+    db.execute("CREATE TABLE items (id int PRIMARY KEY); CREATE PUBLICATION cdcd_pub FOR TABLE items")
+    first = tail_factory().start()
+    first.wait_streaming()
+    second = tail_factory(slot=first.slot)
+    second.output, second.log = second.output.with_name("second.jsonl"), second.log.with_name("second.log")
+    second.start()
+    assert second.proc is not None
+    assert second.proc.wait(timeout=30) == 1
+    assert "is active: another consumer" in second.log.read_text()
+
+
+def test_manage_publications_creates_them(db: Database, tail_factory: Callable[..., Tail]) -> None:
+    db.execute("CREATE TABLE items (id int PRIMARY KEY)")
+    tail = tail_factory(
+        publication="made_by_cdcd",
+        manage_publications=True,
+        publications=[{"name": "made_by_cdcd", "tables": [{"name": "public.items"}]}],
+    ).start()
+    tail.wait_streaming()
+    assert db.execute("SELECT tablename FROM pg_publication_tables WHERE pubname = 'made_by_cdcd'") == [("items",)]
+    db.execute("INSERT INTO items VALUES (1)")
+    lines = tail.wait_for(lambda lines: len(lines) >= 1)
+    assert lines[0]["after"] == {"id": "1"}
