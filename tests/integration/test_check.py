@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from tests.integration.conftest import Database, Tail
 pytestmark = pytest.mark.integration
 
 
-def run_cdcd(*args: str, config: dict[str, object], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def run_cdcd(*args: str, config: Mapping[str, object], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "check.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
