@@ -2,8 +2,9 @@
 
 A buffer holds a transaction's changes in arrival order: first those spilled to its file, then those still
 in memory. When the budget is exceeded the largest buffer is spilled whole (as PostgreSQL's reorder buffer
-does). Records are marshal-encoded tuples of plain values, so spilling and replaying are fast; the
-Relation objects changes are bound to stay in memory in a small per-buffer table.
+does). The file is a sequence of batches, each one marshal blob of up to ``SPILL_BATCH`` changes packed as
+tuples of plain values, so spilling and replaying run mostly in C; the Relation objects changes are bound to
+stay in memory in a small per-buffer table.
 
 Memory is accounted as the wire size of each change plus a fixed per-value allowance for Python's
 objects (``VALUE_OVERHEAD``), measured in tests/unit/test_buffer.py.
@@ -11,6 +12,7 @@ objects (``VALUE_OVERHEAD``), measured in tests/unit/test_buffer.py.
 
 from __future__ import annotations
 
+import bisect
 import marshal
 import os
 import struct
@@ -25,6 +27,7 @@ VALUE_OVERHEAD = 64  # CPython str header (49 B) + tuple slot (8 B), less the 5 
 CHANGE_OVERHEAD = 200  # the change object, its tuples and the list slot
 
 _LEN = struct.Struct(">I")
+SPILL_BATCH = 4096  # changes per marshal blob: bounds the transient copy made while spilling
 _ROW, _TRUNCATE, _MESSAGE = 0, 1, 2
 
 
@@ -82,7 +85,7 @@ class ChangeBuffer:
         self._file_bytes = 0
         self._path: Path | None = None
         self._subxact_first: dict[int, int] = {}  # subxid -> index of its first change
-        self._offsets: dict[int, int] = {}  # index of a subxact's first change -> file offset, once spilled
+        self._batches: list[tuple[int, int]] = []  # (index of its first change, file offset) per spilled batch
         self._relations: list[Relation] = []
         self._relation_index: dict[int, int] = {}  # id(Relation) -> index in _relations
 
@@ -117,22 +120,33 @@ class ChangeBuffer:
         if index >= self._spilled:
             self._drop_memory(index - self._spilled)
         else:
-            assert self._file is not None
             self._drop_memory(0)
-            offset = self._offsets[index]
-            self._file.truncate(offset)
-            self.pool.spilled_bytes -= self._file_bytes - offset
-            self._file_bytes = offset
-            self._spilled = index
-            self._offsets = {i: off for i, off in self._offsets.items() if i < index}
+            self._truncate_file(index)
         self.count = index
         self._subxact_first = {s: i for s, i in self._subxact_first.items() if i < index}
         return True
 
+    def _truncate_file(self, index: int) -> None:
+        """Cut the spill file so that it holds exactly the changes before ``index``."""
+        assert self._file is not None
+        batch = bisect.bisect_right(self._batches, index, key=lambda b: b[0]) - 1
+        first, offset = self._batches[batch]
+        kept = self._read_batch(offset)[: index - first]
+        self._file.truncate(offset)
+        self.pool.spilled_bytes -= self._file_bytes - offset
+        self._file_bytes = offset
+        del self._batches[batch:]
+        self._spilled = first
+        if kept:
+            self._write_batch(kept)
+
     def _drop_memory(self, keep: int) -> None:
-        dropped = self._memory[keep:]
-        del self._memory[keep:]
-        cost = sum(map(change_cost, dropped))
+        if keep == 0:
+            cost = self.memory_bytes
+            self._memory.clear()
+        else:
+            cost = sum(map(change_cost, self._memory[keep:]))
+            del self._memory[keep:]
         self.memory_bytes -= cost
         self.pool.memory_bytes -= cost
 
@@ -140,26 +154,33 @@ class ChangeBuffer:
         """Move the in-memory changes to the spill file."""
         if not self._memory:
             return
+        pack = self._pack
+        memory = self._memory
+        for start in range(0, len(memory), SPILL_BATCH):
+            self._write_batch([pack(change) for change in memory[start : start + SPILL_BATCH]])
+        self._drop_memory(0)
+
+    def _write_batch(self, records: list[tuple[object, ...]]) -> None:
         if self._file is None:
             self._open_file()
         assert self._file is not None
-        firsts = {i for i in self._subxact_first.values() if i >= self._spilled}
-        before = self._file_bytes
-        out = bytearray()
-        index = self._spilled
-        for change in self._memory:
-            if index in firsts:
-                self._offsets[index] = before + len(out)
-            record = marshal.dumps(self._pack(change))  # type: ignore[arg-type]
-            out += _LEN.pack(len(record))
-            out += record
-            index += 1
-        self._file.seek(before)
-        self._file.write(out)
-        self._file_bytes += len(out)
-        self.pool.spilled_bytes += len(out)
-        self._spilled = index
-        self._drop_memory(0)
+        blob = marshal.dumps(records)
+        offset = self._file_bytes
+        self._file.seek(offset)
+        self._file.write(_LEN.pack(len(blob)))
+        self._file.write(blob)
+        self._batches.append((self._spilled, offset))
+        self._spilled += len(records)
+        self._file_bytes += 4 + len(blob)
+        self.pool.spilled_bytes += 4 + len(blob)
+
+    def _read_batch(self, offset: int) -> list[tuple[Any, ...]]:
+        assert self._file is not None
+        self._file.flush()
+        self._file.seek(offset)
+        (length,) = _LEN.unpack(self._file.read(4))
+        records: list[tuple[Any, ...]] = marshal.loads(self._file.read(length))
+        return records
 
     def _open_file(self) -> None:
         directory = self.pool.spill_dir
@@ -198,18 +219,10 @@ class ChangeBuffer:
 
     def __iter__(self) -> Iterator[Change]:
         """Replay every change in order: the spilled ones from the file, then those in memory."""
-        if self._file is not None and self._spilled:
-            yield from self._read_spilled(self._file, self._file_bytes)
+        unpack = self._unpack
+        for _, offset in list(self._batches):
+            yield from map(unpack, self._read_batch(offset))
         yield from self._memory
-
-    def _read_spilled(self, file: BinaryIO, end: int) -> Iterator[Change]:
-        file.flush()
-        file.seek(0)
-        pos = 0
-        while pos < end:
-            (length,) = _LEN.unpack(file.read(4))
-            pos += 4 + length
-            yield self._unpack(marshal.loads(file.read(length)))
 
     def close(self) -> None:
         """Release memory and delete the spill file. Safe to call twice."""

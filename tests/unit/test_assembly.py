@@ -323,3 +323,21 @@ def test_memory_accounting_covers_the_real_object_size() -> None:
     assert change_cost(change) >= real
     assert change_cost(change) < 2 * real  # and does not overstate it wildly
     assert VALUE_OVERHEAD > 0
+
+
+@pytest.mark.parametrize("batch", [4096, 100])  # one batch per spill, or several
+@pytest.mark.parametrize("abort_at", [0, 1, 99, 100, 101, 650, 999, 1100])
+def test_subtransaction_abort_inside_large_spill_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int, abort_at: int
+) -> None:
+    monkeypatch.setattr("cdcd.assembly.buffer.SPILL_BATCH", batch)
+    pool = BufferPool(memory_limit=1000 * change_cost(ins(0)) - 1, spill_dir=tmp_path)
+    a = Assembler(pool)
+    big_stream_txn(a, 1200)  # the 1000th change spills the first 1000 at once; 200 stay in memory
+    assert pool.spilled_bytes > 0
+    a.feed(StreamAbort(100, 101 + abort_at // 3))
+    feed_all(a, stream(100, False, ins(5000, 100)))
+    (txn,) = feed_all(a, [StreamCommit(100, 0, 900, 910, 0)])
+    assert isinstance(txn, Transaction)
+    first_of_subxact = abort_at - abort_at % 3  # row 3k is the first change of subxid 101 + k
+    assert ids(txn) == [*range(first_of_subxact), 5000]
