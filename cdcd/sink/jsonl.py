@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from cdcd.assembly import Transaction
 from cdcd.lsn import format_lsn
-from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate
+from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Value
 from cdcd.progress import Progress
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring
@@ -23,27 +23,32 @@ _OPS = {"insert": "c", "update": "u", "delete": "d"}
 RowWriter = Callable[[Row | None, bool], tuple[str, list[str]]]
 
 
+def _other(value: Value) -> str:
+    """JSON for a value that is not text: NULL, or a binary-format value as bytea hex."""
+    return "null" if value is None else '"\\\\x' + value.hex() + '"'  # type: ignore[union-attr]
+
+
 def _row_writer(relation: Relation) -> RowWriter:
     """Build a serializer for one relation's rows, with its column names quoted once."""
     names = [_quote(c.name) + ":" for c in relation.columns]
     keys = [c.is_key for c in relation.columns]
+    none: list[str] = []
 
     def write(row: Row | None, key_only: bool) -> tuple[str, list[str]]:
         if row is None:
-            return "null", []
+            return "null", none
+        if not key_only and ... not in row:  # the common case: every column present
+            values = [n + (_quote(v) if v.__class__ is str else _other(v)) for n, v in zip(names, row, strict=True)]
+            return "{" + ",".join(values) + "}", none
         parts = []
         unchanged = []
         for name, is_key, value in zip(names, keys, row, strict=True):
             if key_only and not is_key:
                 continue
-            if value is None:
-                parts.append(name + "null")
-            elif value.__class__ is str:
-                parts.append(name + _quote(value))
-            elif value is ...:
+            if value is ...:
                 unchanged.append(name[:-1])
             else:
-                parts.append(name + '"\\\\x' + value.hex() + '"')  # type: ignore[union-attr]
+                parts.append(name + (_quote(value) if value.__class__ is str else _other(value)))
         return "{" + ",".join(parts) + "}", unchanged
 
     return write
@@ -54,14 +59,17 @@ class JsonLinesSink:
 
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
-        self._writers: dict[int, tuple[Relation, RowWriter]] = {}  # relation id -> (the Relation, its writer)
+        # relation id -> (the Relation, its row writer, the line's opening by op)
+        self._writers: dict[int, tuple[Relation, RowWriter, dict[str, str]]] = {}
         self.rows_written = 0
 
-    def _writer(self, relation: Relation) -> RowWriter:
+    def _writer(self, relation: Relation) -> tuple[Relation, RowWriter, dict[str, str]]:
         cached = self._writers.get(relation.relation_id)
         if cached is None or cached[0] is not relation:
-            cached = self._writers[relation.relation_id] = (relation, _row_writer(relation))
-        return cached[1]
+            where = f'"schema":{_quote(relation.schema)},"table":{_quote(relation.name)}'
+            heads = {op: f'{{"op":"{code}",{where},"before":' for op, code in _OPS.items()}
+            cached = self._writers[relation.relation_id] = (relation, _row_writer(relation), heads)
+        return cached
 
     def write_transaction(self, txn: Transaction, progress: Progress) -> None:
         entry = progress.open(txn.end_lsn)
@@ -93,13 +101,12 @@ class JsonLinesSink:
             lines.clear()
 
     def _row_line(self, change: RowChange, tail: str) -> str:
-        relation = change.relation
-        write = self._writer(relation)
-        before, _ = write(change.old, change.old_is_key)
+        _, write, heads = self._writer(change.relation)
+        before = "null" if change.old is None else write(change.old, change.old_is_key)[0]
         after, unchanged = write(change.new, False)
-        head = f'{{"op":"{_OPS[change.op]}","schema":{_quote(relation.schema)},"table":{_quote(relation.name)}'
         extra = f',"unchanged_toast":[{",".join(unchanged)}]' if unchanged else ""
-        return f'{head},"before":{before},"after":{after}{extra}{tail}{format_lsn(change.wal_lsn)}"}}'
+        lsn = change.wal_lsn
+        return f'{heads[change.op]}{before},"after":{after}{extra}{tail}{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"}}'
 
     def _truncate_lines(self, change: Truncate, tail: str) -> list[str]:
         options = f',"cascade":{str(change.cascade).lower()},"restart_identity":{str(change.restart_identity).lower()}'
