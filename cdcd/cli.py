@@ -1,4 +1,7 @@
-"""Command line: ``cdcd check|tail --config FILE``.
+"""Command line: ``cdcd run|check|tail --config FILE``.
+
+``run`` is the daemon: it sends changes where ``sink`` in the config says. ``tail`` prints them as JSON
+lines (to stdout or ``--output``) whatever the sink. ``check`` validates the config and the source database.
 
 Exit codes: 0 success, 1 a runtime failure (source problem, malformed stream), 2 bad configuration.
 """
@@ -33,7 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdcd", description="PostgreSQL logical replication to Kafka")
     parser.add_argument("--version", action="version", version=f"cdcd {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("check", "validate config and the source database"), ("tail", "print changes as JSON lines")):
+    for name, text in (
+        ("run", "stream changes to the configured sink"),
+        ("check", "validate config and the source database"),
+        ("tail", "print changes as JSON lines"),
+    ):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--config", "-c", type=Path, help="YAML config file (env CDCD_* overrides it)")
         if name == "tail":
@@ -51,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     configure(settings.log)
     if args.command == "check":
         return _check(settings)
-    return _tail(settings, args.output)
+    return _stream(settings, args.output if args.command == "tail" else settings.sink.path)
 
 
 def _check(settings: Settings) -> int:
@@ -73,7 +80,7 @@ def _tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def _tail(settings: Settings, output: str) -> int:
+def _stream(settings: Settings, output: str) -> int:
     out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -116,6 +116,11 @@ class BufferSettings(_Section):
         return parse_size(value)
 
 
+class SinkSettings(_Section):
+    kind: Literal["jsonl"] = Field("jsonl", description="where `cdcd run` sends changes (Kafka: a later stage)")
+    path: str = Field("-", description="jsonl: the file to append to, - for stdout")
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -126,6 +131,7 @@ class Settings(BaseSettings):
 
     source: SourceSettings
     buffer: BufferSettings = Field(default_factory=BufferSettings)
+    sink: SinkSettings = Field(default_factory=SinkSettings)
     log: LogSettings = Field(default_factory=LogSettings)
 
     @classmethod

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -105,3 +108,34 @@ def test_manage_publications_creates_them(db: Database, tail_factory: Callable[.
     db.execute("INSERT INTO items VALUES (1)")
     lines = tail.wait_for(lambda lines: len(lines) >= 1)
     assert lines[0]["after"] == {"id": "1"}
+
+
+def test_run_streams_to_the_configured_sink_and_stops_on_sigterm(db: Database, tmp_path: Path) -> None:
+    db.execute("CREATE TABLE items (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE items")
+    sink = tmp_path / "changes.jsonl"
+    config = {
+        "source": {"dsn": db.dsn(), "slot": f"s_{db.name}", "publications": [{"name": "p"}], "status_interval_s": 0.2},
+        "sink": {"kind": "jsonl", "path": str(sink)},
+        "buffer": {"spill_dir": str(tmp_path / "spill")},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)], env=env,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", [f"s_{db.name}"]):
+            assert time.monotonic() < deadline, "cdcd run never started streaming"
+            time.sleep(0.1)
+        db.execute("INSERT INTO items SELECT generate_series(1, 5)")
+        while len(sink.read_text().splitlines() if sink.exists() else []) < 5:
+            assert time.monotonic() < deadline + 30, "changes never reached the sink"
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert [json.loads(line)["after"] for line in sink.read_text().splitlines()] == [
+        {"id": str(i)} for i in range(1, 6)
+    ]
