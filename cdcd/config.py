@@ -119,6 +119,7 @@ class BufferSettings(_Section):
 class SinkSettings(_Section):
     kind: Literal["jsonl"] = Field("jsonl", description="where `cdcd run` sends changes (Kafka: a later stage)")
     path: str = Field("-", description="jsonl: the file to append to, - for stdout")
+    flush_timeout_s: float = Field(30.0, gt=0, description="on stop, how long to wait for the sink to finish")
 
 
 class LogSettings(_Section):

@@ -35,8 +35,13 @@ _W, _K = ord("w"), ord("k")
 
 
 class Sink(Protocol):
+    """Where transactions go. A sink reports finished work through ``progress`` (synchronously, or from
+    ``poll`` for one that delivers asynchronously) and raises from ``poll`` once delivery has failed."""
+
     def write_transaction(self, txn: Transaction, progress: Progress) -> None: ...
     def write_message(self, message: LogicalMessage, progress: Progress) -> None: ...
+    def poll(self) -> None: ...
+    def flush(self, timeout: float) -> bool: ...
 
 
 @dataclass
@@ -88,6 +93,10 @@ class Pipeline:
                 self._stream(walsender, decoder, assembler)
             finally:
                 assembler.reset()
+            # Stopping: let the sink finish what it was handed, then confirm that much.
+            if not self.sink.flush(self.settings.sink.flush_timeout_s):
+                log.warning("sink did not finish before stopping; unconfirmed work will be sent again on restart")
+            self.sink.poll()
             self._send_status(walsender)
 
     def _stream(self, walsender: Walsender, decoder: Decoder, assembler: Assembler) -> None:
@@ -109,6 +118,7 @@ class Pipeline:
                     reply = reply or keepalive.reply_requested
                 else:
                     raise DecodeError("CopyData", 0, f"unknown replication frame type {chr(kind)!r}")
+            self.sink.poll()
             if reply or time.monotonic() >= next_status:
                 self._send_status(walsender)
                 next_status = time.monotonic() + interval

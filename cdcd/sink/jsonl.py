@@ -94,6 +94,13 @@ class JsonLinesSink:
         self.out.flush()
         progress.seal(entry)
 
+    def poll(self) -> None:
+        """Nothing to serve: every write is finished before it returns."""
+
+    def flush(self, timeout: float) -> bool:
+        self.out.flush()
+        return True
+
     def _emit(self, lines: list[str]) -> None:
         if lines:
             self.out.write(("\n".join(lines) + "\n").encode())

@@ -1,0 +1,200 @@
+"""Avro Key / Value / Envelope schemas of a table, built from its pgoutput Relation message.
+
+Names: the Value, Key and Envelope records are ``<prefix>.<schema>.<table>.Value`` (``.Key``,
+``.Envelope``), as Debezium names them; ``Relation.schema == ""`` (pg_catalog) is written ``pg_catalog``.
+Every name part and every field name is sanitized to Avro's ``[A-Za-z_][A-Za-z0-9_]*``: each invalid
+character becomes ``_`` and a leading digit gets a ``_`` prefix (the empty name becomes ``_``). A field whose
+name was changed keeps the column's real name in the property ``"pg.column"``. Two columns of one table
+whose names sanitize to the same field name are a SchemaError (no silent renaming that would shift when
+columns are added or dropped).
+
+Value: every column, each ``["null", T]`` with default null (pgoutput does not say which columns are NOT
+NULL, and a key column can be null in ``before`` when the old tuple only carries the key). Key: the replica
+identity columns (``is_key``), not nullable; None when there are none (REPLICA IDENTITY NOTHING, or FULL).
+
+Envelope fields, in order: before, after (["null", Value]), source, op, ts_ms, ts_us (["null", "long"],
+Debezium's processing time), transaction (["null", event.block]), unchanged_toast (array of the Value field
+names of columns whose unchanged TOASTed value PostgreSQL did not send: they are null in ``after`` and the
+consumer must keep the old value; Debezium consumers ignore this extra field).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from cdcd.avro.types import AvroSchema, TypeMapping, type_mapping
+from cdcd.pgoutput.messages import Relation, Type
+
+_INVALID = re.compile(r"[^A-Za-z0-9_]")
+
+SOURCE_NAME = "io.debezium.connector.postgresql.Source"
+BLOCK_NAME = "event.block"
+
+# (name, Avro type, default or absent) in the order the encoder writes them
+SOURCE_FIELDS: tuple[dict[str, Any], ...] = (
+    {"name": "version", "type": "string"},
+    {"name": "connector", "type": "string"},
+    {"name": "name", "type": "string"},
+    {"name": "ts_ms", "type": "long"},
+    {"name": "ts_us", "type": "long"},
+    {
+        "name": "snapshot",
+        "type": {
+            "type": "string",
+            "connect.name": "io.debezium.data.Enum",
+            "connect.parameters": {"allowed": "true,first,first_in_data_collection,last,false,incremental"},
+        },
+        "default": "false",
+    },
+    {"name": "db", "type": "string"},
+    {"name": "sequence", "type": ["null", "string"], "default": None},
+    {"name": "schema", "type": "string"},
+    {"name": "table", "type": "string"},
+    {"name": "txId", "type": ["null", "long"], "default": None},
+    {"name": "lsn", "type": ["null", "long"], "default": None},
+    {"name": "commit_lsn", "type": ["null", "long"], "default": None},
+    {"name": "origin", "type": ["null", "string"], "default": None},
+)
+
+
+class SchemaError(ValueError):
+    """The table cannot be given an Avro schema (e.g. two columns sanitize to the same field name)."""
+
+
+def sanitize(name: str) -> str:
+    """An Avro name for ``name``: invalid characters -> ``_``, ``_`` prefixed before a leading digit."""
+    out = _INVALID.sub("_", name)
+    if not out or out[0].isdigit():
+        out = "_" + out
+    return out
+
+
+def namespace(prefix: str, relation: Relation) -> str:
+    parts = [*prefix.split("."), relation.schema or "pg_catalog", relation.name]
+    return ".".join(sanitize(p) for p in parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnSchema:
+    """One column as the encoder needs it: its field name, mapping and position in the tuple."""
+
+    index: int
+    column: str  # the PostgreSQL column name
+    field: str  # the Avro field name
+    is_key: bool
+    mapping: TypeMapping
+
+
+@dataclass(frozen=True, slots=True)
+class RelationSchemas:
+    """The schemas of one Relation. ``key`` is None when the table has no replica identity columns."""
+
+    relation: Relation
+    prefix: str
+    namespace: str
+    columns: tuple[ColumnSchema, ...]
+    key: dict[str, Any] | None
+    value: dict[str, Any]
+    envelope: dict[str, Any]
+
+    @property
+    def table(self) -> str:
+        return f"{self.relation.schema or 'pg_catalog'}.{self.relation.name}"
+
+    @property
+    def key_columns(self) -> tuple[ColumnSchema, ...]:
+        return tuple(c for c in self.columns if c.is_key)
+
+
+def _field(col: ColumnSchema, nullable: bool) -> dict[str, Any]:
+    branches: list[AvroSchema] = list(col.mapping.branches)
+    typ: AvroSchema
+    if nullable:
+        typ = ["null", *branches]
+    else:
+        typ = branches[0] if len(branches) == 1 else branches
+    f: dict[str, Any] = {"name": col.field, "type": typ}
+    if nullable:
+        f["default"] = None
+    if col.field != col.column:
+        f["pg.column"] = col.column
+    if col.mapping.doc:
+        f["doc"] = col.mapping.doc
+    return f
+
+
+def source_schema() -> dict[str, Any]:
+    return {"type": "record", "name": SOURCE_NAME, "fields": [dict(f) for f in SOURCE_FIELDS]}
+
+
+def block_schema() -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": BLOCK_NAME,
+        "fields": [
+            {"name": "id", "type": "string"},
+            {"name": "total_order", "type": "long"},
+            {"name": "data_collection_order", "type": "long"},
+        ],
+    }
+
+
+def build_schemas(relation: Relation, prefix: str, types: dict[int, Type] | None = None) -> RelationSchemas:
+    """Key, Value and Envelope schemas for ``relation``.
+
+    ``prefix`` is the topic prefix (Debezium's ``topic.prefix``); ``types`` the pgoutput Type messages seen so
+    far by OID: a column of such a user type (enum, domain, ...) is a string whose field documents the type.
+    """
+    types = types or {}
+    ns = namespace(prefix, relation)
+    columns: list[ColumnSchema] = []
+    seen: dict[str, str] = {}
+    for i, col in enumerate(relation.columns):
+        fname = sanitize(col.name)
+        if fname in seen:
+            raise SchemaError(
+                f"table {relation.schema}.{relation.name}: columns {seen[fname]!r} and {col.name!r} both become "
+                f"the Avro field name {fname!r}; rename one of them"
+            )
+        seen[fname] = col.name
+        t = types.get(col.type_oid)
+        user = f"{t.schema or 'pg_catalog'}.{t.name}" if t is not None else None
+        columns.append(ColumnSchema(i, col.name, fname, col.is_key, type_mapping(col.type_oid, col.type_modifier, user)))
+    value = {
+        "type": "record",
+        "name": "Value",
+        "namespace": ns,
+        "connect.name": f"{ns}.Value",
+        "fields": [_field(c, True) for c in columns],
+    }
+    keys = [c for c in columns if c.is_key]
+    key = (
+        {
+            "type": "record",
+            "name": "Key",
+            "namespace": ns,
+            "connect.name": f"{ns}.Key",
+            "fields": [_field(c, False) for c in keys],
+        }
+        if keys
+        else None
+    )
+    envelope = {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": ns,
+        "connect.name": f"{ns}.Envelope",
+        "fields": [
+            {"name": "before", "type": ["null", value], "default": None},
+            {"name": "after", "type": ["null", f"{ns}.Value"], "default": None},
+            {"name": "source", "type": source_schema()},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            {"name": "ts_us", "type": ["null", "long"], "default": None},
+            {"name": "transaction", "type": ["null", block_schema()], "default": None},
+            {"name": "unchanged_toast", "type": {"type": "array", "items": "string"}, "default": []},
+        ],
+    }
+    return RelationSchemas(relation, prefix, ns, tuple(columns), key, value, envelope)
