@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from cdcd.avro.schema import ColumnSchema, RelationSchemas
 from cdcd.avro.types import ConversionError, Datum, TypeMapping, identity
@@ -195,7 +195,7 @@ def _compile_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool, na
         lines += ["    else:", f"        d = B{i}(v)"]
         lines += [f"        {w}" for w in write]
     source = "\n".join(lines) + "\n"
-    exec(compile(source, f"<cdcd.avro {name}>", "exec"), env)  # noqa: S102 - our own generated code
+    exec(compile(source, f"<cdcd.avro {name}>", "exec"), env)
     fn: Callable[..., None] = env[name]
     return fn
 
@@ -205,21 +205,31 @@ def _compile_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool, na
 
 @dataclass(frozen=True, slots=True)
 class SourceInfo:
-    """The ``source`` block of one event, less what the encoder knows (connector, name, schema, table).
+    """The transaction-wide part of the ``source`` block; the encoder adds connector ("postgresql"), name (the
+    topic prefix), schema and table, and per event the ``lsn`` and ``sequence``.
 
-    ``ts_us`` is the commit time (µs since the Unix epoch; ts_ms is derived); ``lsn`` the change's LSN,
-    ``commit_lsn`` its transaction's, ``sequence`` Debezium's ``["<last commit lsn>","<lsn>"]`` JSON string.
+    ``ts_us`` is the commit time (µs since the Unix epoch; ts_ms is derived); ``commit_lsn`` the
+    transaction's commit LSN; ``last_commit_lsn`` the first element of Debezium's ``sequence``
+    (``["<last_commit_lsn>","<lsn>"]``, ``null`` first when None). Build one per transaction and pass the same
+    object for all its events: the encoder caches its encoded bytes by identity.
     """
 
     version: str
     db: str
     ts_us: int
     snapshot: str = "false"
-    sequence: str | None = None
     tx_id: int | None = None
-    lsn: int | None = None
     commit_lsn: int | None = None
+    last_commit_lsn: int | None = None
     origin: str | None = None
+
+
+def sequence(last_commit_lsn: int | None, lsn: int | None) -> str | None:
+    """Debezium's ``source.sequence``: a JSON array of the last commit LSN and the event's LSN, as strings."""
+    if lsn is None:
+        return None
+    first = "null" if last_commit_lsn is None else f'"{last_commit_lsn}"'
+    return f'[{first},"{lsn}"]'
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +239,19 @@ class TxInfo:
     id: str
     total_order: int
     data_collection_order: int
+
+
+class EncodeValue(Protocol):
+    def __call__(  # noqa: PLR0917 - mirrors the Envelope's fields
+        self,
+        op: str,
+        before: Row | None,
+        after: Row | None,
+        source: SourceInfo,
+        lsn: int | None,
+        ts_us: int | None,
+        transaction: TxInfo | None = None,
+    ) -> bytes: ...
 
 
 _OPS: Final[dict[str, bytes]] = {op: write_string(op) for op in ("c", "u", "d", "r", "t")}
@@ -248,44 +271,50 @@ class EnvelopeEncoder:
         self._connector_name = write_string(CONNECTOR) + write_string(schemas.prefix)
         self._schema_table = write_string(rel.schema or "pg_catalog") + write_string(rel.name)
         self._strings: dict[str, bytes] = {}
-        self.encode_value = self._make_encode_value()
+        self.encode_value: EncodeValue = self._make_encode_value()
 
     # The hot path is a closure over locals (no attribute lookups per event).
-    def _make_encode_value(
-        self,
-    ) -> Callable[[str, Row | None, Row | None, SourceInfo, int | None, TxInfo | None], bytes]:
+    def _make_encode_value(self) -> EncodeValue:  # noqa: PLR0915 - one closure on purpose: the hot path
         value_row = self._value_row
         connector_name = self._connector_name
         schema_table = self._schema_table
-        strings = self._strings
         ops = _OPS
         join = b"".join
         diagnose = self._diagnose
+        # encoded parts of the last SourceInfo seen: [source, head (version..db), seq prefix, txId, tail]
+        cache: list[Any] = [None, b"", "", b"", b""]
 
-        def string(s: str) -> bytes:
-            b = strings.get(s)
-            if b is None:
-                b = write_string(s)
-                if len(strings) > 1024:
-                    strings.clear()
-                strings[s] = b
-            return b
+        def nullable_long(x: int | None) -> bytes:
+            return b"\x00" if x is None else b"\x02" + varint((x << 1) ^ (x >> 63))
+
+        def encode_source(s: SourceInfo) -> None:
+            ts = s.ts_us
+            cache[1] = (
+                write_string(s.version) + connector_name + write_long(ts // 1000) + write_long(ts)
+                + write_string(s.snapshot) + write_string(s.db)
+            )  # fmt: skip
+            cache[2] = "[null," if s.last_commit_lsn is None else f'["{s.last_commit_lsn}",'
+            cache[3] = schema_table + nullable_long(s.tx_id)
+            cache[4] = nullable_long(s.commit_lsn) + (b"\x00" if s.origin is None else b"\x02" + write_string(s.origin))
+            cache[0] = s
 
         def in_before(_field: bytes) -> None:
             raise ValueError("unchanged TOAST value in the old tuple")
 
-        def encode_value(
+        def encode_value(  # noqa: PLR0915, PLR0917 - flat on purpose: the hot path
             op: str,
             before: Row | None,
             after: Row | None,
             source: SourceInfo,
+            lsn: int | None,
             ts_us: int | None,
             transaction: TxInfo | None = None,
         ) -> bytes:
             """The Avro binary Envelope (no Confluent header) of one event.
 
-            ``op`` is c/u/d/r/t; ``before``/``after`` tuples in relation column order or None; ``ts_us`` the
-            processing time (µs since the Unix epoch, None to leave ts_ms/ts_us null).
+            ``op`` is c/u/d/r/t; ``before``/``after`` tuples in relation column order or None; ``lsn`` the
+            event's LSN (source.lsn and the end of source.sequence); ``ts_us`` the processing time (µs since the
+            Unix epoch, None to leave ts_ms/ts_us null).
             """
             parts: list[bytes] = []
             a = parts.append
@@ -305,25 +334,20 @@ class EnvelopeEncoder:
                 raise
             except (ValueError, TypeError, IndexError, OverflowError, AttributeError, struct.error) as e:
                 raise diagnose(before, after, e) from e
-            s = source
-            ts = s.ts_us
-            a(string(s.version))
-            a(connector_name)
-            a(varint(((ts // 1000) << 1) ^ (ts >> 63)))
-            a(varint((ts << 1) ^ (ts >> 63)))
-            a(string(s.snapshot))
-            a(string(s.db))
-            x: Any = s.sequence
-            a(b"\x00" if x is None else b"\x02" + write_string(x))
-            a(schema_table)
-            x = s.tx_id
-            a(b"\x00" if x is None else b"\x02" + varint((x << 1) ^ (x >> 63)))
-            x = s.lsn
-            a(b"\x00" if x is None else b"\x02" + varint((x << 1) ^ (x >> 63)))
-            x = s.commit_lsn
-            a(b"\x00" if x is None else b"\x02" + varint((x << 1) ^ (x >> 63)))
-            x = s.origin
-            a(b"\x00" if x is None else b"\x02" + string(x))
+            if source is not cache[0]:
+                encode_source(source)
+            a(cache[1])
+            if lsn is None:
+                a(b"\x00")
+                a(cache[3])
+                a(b"\x00")
+            else:
+                seq = f'{cache[2]}"{lsn}"]'.encode()
+                a(_U14[len(seq) << 1])
+                a(seq)
+                a(cache[3])
+                a(b"\x02" + varint((lsn << 1) ^ (lsn >> 63)))
+            a(cache[4])
             o = ops.get(op)
             if o is None:
                 raise ConversionError(f"unknown envelope op {op!r} (expected c, u, d, r or t)", value=op)
@@ -379,15 +403,18 @@ class EnvelopeEncoder:
                 )
             for col in self._key_columns if key else self.schemas.columns:
                 v = row[col.index]
-                ctx = {"table": table, "column": col.column, "pg_type": col.mapping.pg_type, "value": v}
+                reason = None
                 if v is ... and (key or which == "before"):
-                    return ConversionError("unchanged TOAST value where a full value is required", **ctx)
-                if v is None and key:
-                    return ConversionError("NULL in a key column", **ctx)
-                try:
-                    _datum(col, v)
-                except (ValueError, TypeError, IndexError, OverflowError, AttributeError, struct.error) as e:
-                    return ConversionError(str(e) or type(e).__name__, **ctx)
+                    reason = "unchanged TOAST value where a full value is required"
+                elif v is None and key:
+                    reason = "NULL in a key column"
+                else:
+                    try:
+                        _datum(col, v)
+                    except (ValueError, TypeError, IndexError, OverflowError, AttributeError, struct.error) as e:
+                        reason = str(e) or type(e).__name__
+                if reason is not None:
+                    return ConversionError(reason, table=table, column=col.column, pg_type=col.mapping.pg_type, value=v)
         return ConversionError(f"{type(error).__name__}: {error}", table=table)
 
     # ----------------------------------------------------------------------------------------- reference
@@ -406,12 +433,13 @@ class EnvelopeEncoder:
     def key_record(self, row: Row) -> dict[str, Datum]:
         return {c.field: _datum(c, row[c.index]) for c in self._key_columns}
 
-    def envelope_record(
+    def envelope_record(  # noqa: PLR0917 - the same arguments as encode_value
         self,
         op: str,
         before: Row | None,
         after: Row | None,
         source: SourceInfo,
+        lsn: int | None,
         ts_us: int | None,
         transaction: TxInfo | None = None,
     ) -> dict[str, Any]:
@@ -429,11 +457,11 @@ class EnvelopeEncoder:
                 "ts_us": source.ts_us,
                 "snapshot": source.snapshot,
                 "db": source.db,
-                "sequence": source.sequence,
+                "sequence": sequence(source.last_commit_lsn, lsn),
                 "schema": rel.schema or "pg_catalog",
                 "table": rel.name,
                 "txId": source.tx_id,
-                "lsn": source.lsn,
+                "lsn": lsn,
                 "commit_lsn": source.commit_lsn,
                 "origin": source.origin,
             },

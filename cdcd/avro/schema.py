@@ -110,11 +110,8 @@ class RelationSchemas:
 
 def _field(col: ColumnSchema, nullable: bool) -> dict[str, Any]:
     branches: list[AvroSchema] = list(col.mapping.branches)
-    typ: AvroSchema
-    if nullable:
-        typ = ["null", *branches]
-    else:
-        typ = branches[0] if len(branches) == 1 else branches
+    single: AvroSchema = branches[0] if len(branches) == 1 else branches
+    typ: AvroSchema = ["null", *branches] if nullable else single
     f: dict[str, Any] = {"name": col.field, "type": typ}
     if nullable:
         f["default"] = None
@@ -161,7 +158,9 @@ def build_schemas(relation: Relation, prefix: str, types: dict[int, Type] | None
         seen[fname] = col.name
         t = types.get(col.type_oid)
         user = f"{t.schema or 'pg_catalog'}.{t.name}" if t is not None else None
-        columns.append(ColumnSchema(i, col.name, fname, col.is_key, type_mapping(col.type_oid, col.type_modifier, user)))
+        columns.append(
+            ColumnSchema(i, col.name, fname, col.is_key, type_mapping(col.type_oid, col.type_modifier, user))
+        )
     value = {
         "type": "record",
         "name": "Value",

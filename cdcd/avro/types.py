@@ -11,7 +11,7 @@ Text forms are what PostgreSQL's output functions print with the session setting
 walsender session must use them (they are PostgreSQL's defaults). ``TimeZone`` may be anything: timestamptz
 text carries its offset.
 
-Decisions (see also ``TYPE_TABLE_DOC`` in the package README section of the report):
+Decisions:
 
 * numeric(p, s) with 0 <= s <= p -> bytes/decimal(p, s). NaN and ±Infinity cannot be decimals: ConversionError.
   Unconstrained numeric (typmod -1), and numeric whose scale is negative or larger than the precision
@@ -199,6 +199,10 @@ def numeric_typmod(typmod: int) -> tuple[int, int] | None:
 
 def _numeric_text_to_decimal(scale: int) -> Callable[[str], bytes]:
     def convert(s: str) -> bytes:
+        dot = s.find(".")
+        if dot > 0 and len(s) - dot - 1 == scale and s[dot + 1 :].isdigit():  # PostgreSQL prints `scale` digits
+            n = int(s[:dot] + s[dot + 1 :])
+            return n.to_bytes((abs(n).bit_length() + 8) // 8, "big", signed=True)
         neg = s.startswith("-")
         body = s[1:] if neg else s
         ip, _, fp = body.partition(".")
@@ -384,12 +388,48 @@ def _timestamp_us(s: str, with_tz: bool) -> int:
     return us
 
 
+_HOUR_CACHE: dict[str, int] = {}
+_FRACTION_SCALE: Final = (0, 100_000, 10_000, 1_000, 100, 10, 1)
+
+
+def _timestamp_fast(s: str, with_tz: bool) -> int:
+    """Fast path for 4-digit years (AD): the microseconds of ``YYYY-MM-DD HH`` plus offset are cached, only
+    minutes, seconds and the fraction are parsed per value; anything unusual goes to the full parser."""
+    if s[4:5] != "-" or s[13:14] != ":" or s[16:17] != ":" or s.endswith("C"):
+        return _timestamp_us(s, with_tz)
+    if with_tz:
+        i = s.find("+", 19)
+        if i < 0:
+            i = s.find("-", 19)
+            if i < 0:
+                return _timestamp_us(s, with_tz)
+    else:
+        i = len(s)
+    key = s[:13] + s[i:]
+    base = _HOUR_CACHE.get(key)
+    if base is None:
+        base = _timestamp_us(f"{s[:13]}:00:00{s[i:]}", with_tz)
+        if len(_HOUR_CACHE) >= 4096:
+            _HOUR_CACHE.clear()
+        _HOUR_CACHE[key] = base
+    mm, ss = s[14:16], s[17:19]
+    if not (mm.isdigit() and ss.isdigit()):
+        return _timestamp_us(s, with_tz)
+    us = base + int(mm) * 60_000_000 + int(ss) * 1_000_000
+    if i > 19:
+        frac = s[20:i]
+        if s[19] != "." or not frac.isdigit() or len(frac) > 6:
+            return _timestamp_us(s, with_tz)
+        us += int(frac) * _FRACTION_SCALE[len(frac)]
+    return us
+
+
 def _timestamp_text(s: str) -> int:
-    return _timestamp_us(s, False)
+    return _timestamp_fast(s, False)
 
 
 def _timestamptz_text(s: str) -> int:
-    return _timestamp_us(s, True)
+    return _timestamp_fast(s, True)
 
 
 def _timestamp_binary(b: bytes) -> int:
@@ -502,6 +542,8 @@ def parse_interval_text(s: str) -> tuple[int, int, int]:
             continue
         if i + 1 >= len(tokens):
             raise ValueError("interval number without a unit (IntervalStyle must be postgres or iso_8601)")
+        if not tok.lstrip("+-").isdigit():
+            raise ValueError(f"unexpected interval token {tok!r} (IntervalStyle must be postgres or iso_8601)")
         n = int(tok)
         unit = tokens[i + 1]
         if unit in _INTERVAL_UNITS:
@@ -531,7 +573,7 @@ def _interval_binary(b: bytes) -> str:
 # --------------------------------------------------------------------------------------------- arrays
 
 
-class NoAvroShape(Exception):  # noqa: N818 - a signal, not an error
+class NoAvroShape(Exception):
     """An array value that is not one-dimensional with lower bound 1 (goes to the string branch)."""
 
 
@@ -661,8 +703,8 @@ def _m(
     return TypeMapping(pg_type, (avro,), kind, text, binary)
 
 
-def _string(pg_type: str, binary: Callable[[bytes], Datum] = _utf8, **props: Any) -> TypeMapping:
-    avro: AvroSchema = {"type": "string", **props} if props else "string"
+def _string(pg_type: str, binary: Callable[[bytes], Datum] = _utf8, connect_name: str | None = None) -> TypeMapping:
+    avro: AvroSchema = {"type": "string", "connect.name": connect_name} if connect_name else "string"
     return _m(pg_type, avro, "string", identity, binary)
 
 
@@ -676,8 +718,8 @@ _BASE: dict[int, TypeMapping] = {
     23: _m("int4", "int", "int", int, _int4_binary),
     25: _string("text"),
     26: _m("oid", "long", "long", int, _oid_binary),
-    114: _string("json", **{"connect.name": "io.debezium.data.Json"}),
-    142: _string("xml", **{"connect.name": "io.debezium.data.Xml"}),
+    114: _string("json", connect_name="io.debezium.data.Json"),
+    142: _string("xml", connect_name="io.debezium.data.Xml"),
     700: _m("float4", "float", "float", float, _float4_binary),
     701: _m("float8", "double", "double", float, _float8_binary),
     1042: _string("bpchar"),
@@ -703,7 +745,7 @@ _BASE: dict[int, TypeMapping] = {
     ),
     1266: _string("timetz", _timetz_binary),
     2950: _m("uuid", {"type": "string", "logicalType": "uuid"}, "string", identity, _uuid_binary),
-    3802: _string("jsonb", _jsonb_binary, **{"connect.name": "io.debezium.data.Json"}),
+    3802: _string("jsonb", _jsonb_binary, "io.debezium.data.Json"),
 }
 NUMERIC_OID: Final = 1700
 

@@ -1,0 +1,162 @@
+"""Fixed-schema events beside the per-table envelopes: logical decoding messages and transaction metadata.
+
+Both follow Debezium's layouts so its consumers work: ``<prefix>.message`` carries pg_logical_emit_message()
+messages (key: prefix), ``<prefix>.transaction`` a BEGIN and an END event per transaction (key: its id) with
+the END's event counts per table. These are a few events per transaction, so fastavro's writer is fast enough.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any, Final
+
+from fastavro import parse_schema, schemaless_writer
+
+from cdcd.avro.encoder import SourceInfo, sequence
+from cdcd.avro.schema import source_schema
+from cdcd.pgoutput.messages import LogicalMessage
+
+MESSAGE_KEY: Final[dict[str, Any]] = {
+    "type": "record",
+    "name": "MessageKey",
+    "namespace": "io.debezium.connector.postgresql",
+    "fields": [{"name": "prefix", "type": "string"}],
+}
+
+
+def message_value_schema() -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": "MessageValue",
+        "namespace": "io.debezium.connector.postgresql",
+        "fields": [
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            {"name": "source", "type": source_schema()},
+            {
+                "name": "message",
+                "type": {
+                    "type": "record",
+                    "name": "Message",
+                    "fields": [{"name": "prefix", "type": "string"}, {"name": "content", "type": "bytes"}],
+                },
+            },
+        ],
+    }
+
+
+TRANSACTION_KEY: Final[dict[str, Any]] = {
+    "type": "record",
+    "name": "TransactionMetadataKey",
+    "namespace": "io.debezium.connector.common",
+    "fields": [{"name": "id", "type": "string"}],
+}
+
+TRANSACTION_VALUE: Final[dict[str, Any]] = {
+    "type": "record",
+    "name": "TransactionMetadataValue",
+    "namespace": "io.debezium.connector.common",
+    "fields": [
+        {"name": "status", "type": "string"},
+        {"name": "id", "type": "string"},
+        {"name": "event_count", "type": ["null", "long"], "default": None},
+        {
+            "name": "data_collections",
+            "type": [
+                "null",
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "ConnectDefault",
+                        "namespace": "io.confluent.connect.avro",
+                        "fields": [
+                            {"name": "data_collection", "type": "string"},
+                            {"name": "event_count", "type": "long"},
+                        ],
+                    },
+                },
+            ],
+            "default": None,
+        },
+        {"name": "ts_ms", "type": "long"},
+    ],
+}
+
+_PARSED: dict[str, Any] = {}
+
+
+def _encode(name: str, schema: dict[str, Any], datum: dict[str, Any]) -> bytes:
+    parsed = _PARSED.get(name)
+    if parsed is None:
+        parsed = _PARSED[name] = parse_schema(schema)
+    out = io.BytesIO()
+    schemaless_writer(out, parsed, datum)
+    return out.getvalue()
+
+
+def _source(source: SourceInfo, lsn: int, prefix: str) -> dict[str, Any]:
+    return {
+        "version": source.version,
+        "connector": "postgresql",
+        "name": prefix,
+        "ts_ms": source.ts_us // 1000,
+        "ts_us": source.ts_us,
+        "snapshot": source.snapshot,
+        "db": source.db,
+        "sequence": sequence(source.last_commit_lsn, lsn),
+        "schema": "",
+        "table": "",
+        "txId": source.tx_id,
+        "lsn": lsn,
+        "commit_lsn": source.commit_lsn,
+        "origin": source.origin,
+    }
+
+
+def encode_message(prefix_name: str, message: LogicalMessage, source: SourceInfo, ts_ms: int) -> tuple[bytes, bytes]:
+    """Key and value of a logical decoding message event (its source has empty schema and table)."""
+    key = _encode("message_key", MESSAGE_KEY, {"prefix": message.prefix})
+    value = _encode(
+        "message_value",
+        message_value_schema(),
+        {
+            "op": "m",
+            "ts_ms": ts_ms,
+            "source": _source(source, message.lsn, prefix_name),
+            "message": {"prefix": message.prefix, "content": message.content},
+        },
+    )
+    return key, value
+
+
+@dataclass(frozen=True)
+class TransactionEvent:
+    status: str  # BEGIN or END
+    id: str
+    ts_ms: int
+    event_count: int | None = None
+    data_collections: tuple[tuple[str, int], ...] | None = None
+
+
+def encode_transaction(event: TransactionEvent) -> tuple[bytes, bytes]:
+    """Key and value of a transaction metadata event."""
+    key = _encode("transaction_key", TRANSACTION_KEY, {"id": event.id})
+    collections = (
+        None
+        if event.data_collections is None
+        else [{"data_collection": name, "event_count": count} for name, count in event.data_collections]
+    )
+    value = _encode(
+        "transaction_value",
+        TRANSACTION_VALUE,
+        {
+            "status": event.status,
+            "id": event.id,
+            "event_count": event.event_count,
+            "data_collections": collections,
+            "ts_ms": event.ts_ms,
+        },
+    )
+    return key, value
