@@ -25,6 +25,7 @@ from cdcd.logging import configure
 from cdcd.lsn import format_lsn
 from cdcd.pgoutput import DecodeError
 from cdcd.pipeline import Pipeline
+from cdcd.sink import Sink, SinkFailure
 from cdcd.sink.jsonl import JsonLinesSink
 from cdcd.source.checks import check_source
 from cdcd.source.walsender import SourceDisconnected, SourceError
@@ -58,17 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     configure(settings.log)
     if args.command == "check":
         return _check(settings)
-    return _stream(settings, args.output if args.command == "tail" else settings.sink.path)
+    if args.command == "tail":
+        return _stream(settings, args.output)
+    return _stream(settings, settings.sink.path if settings.sink.kind == "jsonl" else None)
 
 
 def _check(settings: Settings) -> int:
     problems = check_source(settings.source)
+    if settings.sink.kind == "kafka":
+        from cdcd.sink.kafka import check_kafka  # noqa: PLC0415 - loaded only when used: a 0.2 s import
+
+        problems += check_kafka(settings.kafka, settings.schema_registry)
     if problems:
         print(f"cdcd check: {len(problems)} problem(s):", file=sys.stderr)
         for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_FAILURE
-    print("cdcd check: configuration and source database are ready")
+    print(f"cdcd check: configuration, source database and {settings.sink.kind} sink are ready")
     return EXIT_OK
 
 
@@ -80,12 +87,22 @@ def _tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def _stream(settings: Settings, output: str) -> int:
+def _sink(settings: Settings, output: str | None) -> tuple[Sink, BinaryIO | None]:
+    """JSON lines to ``output`` (``-``: stdout), or Kafka when ``output`` is None."""
+    if output is None:
+        from cdcd.sink.kafka import KafkaSink  # noqa: PLC0415 - loaded only when used: a 0.2 s import
+
+        return KafkaSink(settings.kafka, settings.schema_registry), None
     out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
+    return JsonLinesSink(out), None if out is sys.stdout.buffer else out
+
+
+def _stream(settings: Settings, output: str | None) -> int:
+    sink, opened = _sink(settings, output)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    pipeline = Pipeline(settings, JsonLinesSink(out), stop)
+    pipeline = Pipeline(settings, sink, stop)
     _tune_gc()
     log = structlog.get_logger("cdcd")
     try:
@@ -97,8 +114,11 @@ def _stream(settings: Settings, output: str) -> int:
     except (SourceError, SourceDisconnected) as exc:
         log.error("source failed", error=str(exc), flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))
         return EXIT_FAILURE
+    except SinkFailure as exc:
+        log.error("sink failed; stopping", error=str(exc), flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))
+        return EXIT_FAILURE
     finally:
-        if out is not sys.stdout.buffer:
-            out.close()
+        if opened is not None:
+            opened.close()
     log.info("stopped", flushed_lsn=format_lsn(pipeline.progress.flushed_lsn), transactions=pipeline.stats.transactions)
     return EXIT_OK

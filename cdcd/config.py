@@ -116,8 +116,33 @@ class BufferSettings(_Section):
         return parse_size(value)
 
 
+class KafkaSettings(_Section):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic_prefix: str = Field("cdcd", description="topics are <prefix>.<schema>.<table>; also Debezium's source.name")
+    create_topics: bool = True
+    partitions: int = Field(1, ge=1)
+    replication_factor: int = Field(-1, description="-1: the broker's default.replication.factor")
+    topic_config: dict[str, str] = Field(default_factory=dict, description="configs for topics cdcd creates")
+    tombstones_on_delete: bool = True
+    transaction_topic: bool = Field(True, description="BEGIN/END events with counts on <prefix>.transaction")
+    producer: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="extra librdkafka producer settings (idempotence and acks=all are fixed)"
+    )
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", value):
+            raise ValueError(f"topic_prefix may hold letters, digits, '.', '_' and '-' only, got {value!r}")
+        return value
+
+
+class SchemaRegistrySettings(_Section):
+    url: str = "http://127.0.0.1:8081"
+
+
 class SinkSettings(_Section):
-    kind: Literal["jsonl"] = Field("jsonl", description="where `cdcd run` sends changes (Kafka: a later stage)")
+    kind: Literal["jsonl", "kafka"] = Field("jsonl", description="where `cdcd run` sends changes")
     path: str = Field("-", description="jsonl: the file to append to, - for stdout")
     flush_timeout_s: float = Field(30.0, gt=0, description="on stop, how long to wait for the sink to finish")
 
@@ -133,6 +158,8 @@ class Settings(BaseSettings):
     source: SourceSettings
     buffer: BufferSettings = Field(default_factory=BufferSettings)
     sink: SinkSettings = Field(default_factory=SinkSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)
     log: LogSettings = Field(default_factory=LogSettings)
 
     @classmethod

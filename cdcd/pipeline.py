@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
 
 import structlog
 
@@ -19,8 +19,8 @@ from cdcd.assembly import Assembler, BufferPool, Transaction
 from cdcd.config import Settings
 from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.pgoutput import DecodeError, Decoder
-from cdcd.pgoutput.messages import LogicalMessage
 from cdcd.progress import Progress
+from cdcd.sink import SessionContext, Sink
 from cdcd.source.protocol import (
     XLOGDATA_PAYLOAD_OFFSET,
     parse_keepalive,
@@ -32,16 +32,6 @@ from cdcd.source.walsender import SourceDisconnected, Walsender
 log = structlog.get_logger("cdcd.pipeline")
 
 _W, _K = ord("w"), ord("k")
-
-
-class Sink(Protocol):
-    """Where transactions go. A sink reports finished work through ``progress`` (synchronously, or from
-    ``poll`` for one that delivers asynchronously) and raises from ``poll`` once delivery has failed."""
-
-    def write_transaction(self, txn: Transaction, progress: Progress) -> None: ...
-    def write_message(self, message: LogicalMessage, progress: Progress) -> None: ...
-    def poll(self) -> None: ...
-    def flush(self, timeout: float) -> bool: ...
 
 
 @dataclass
@@ -60,6 +50,7 @@ class Pipeline:
         self.progress = Progress()
         self.pool = BufferPool(settings.buffer.memory_limit, settings.buffer.spill_dir)
         self.stats = Stats()
+        self._next_status = 0.0
 
     def run(self) -> None:
         """Stream until ``stop`` is set. Raises on errors that retrying cannot fix."""
@@ -90,6 +81,8 @@ class Pipeline:
                 log.info("streaming", slot=source.slot, protocol=info.protocol_version, server=info.server_version,
                          slot_created=info.slot_created, start_lsn=format_lsn(info.start_lsn))  # fmt: skip
                 decoder = Decoder(info.encoding, parallel_streaming=info.parallel_streaming)
+                keep_alive = partial(self._status_if_due, walsender)
+                self.sink.start_session(SessionContext(info.database, decoder.types, keep_alive))
                 self._stream(walsender, decoder, assembler)
             finally:
                 assembler.reset()
@@ -100,11 +93,10 @@ class Pipeline:
             self._send_status(walsender)
 
     def _stream(self, walsender: Walsender, decoder: Decoder, assembler: Assembler) -> None:
-        interval = self.settings.source.status_interval_s
         progress = self.progress
-        next_status = time.monotonic() + interval
+        self._next_status = time.monotonic() + self.settings.source.status_interval_s
         while not self.stop.is_set():
-            frames = walsender.read(timeout=max(0.0, min(1.0, next_status - time.monotonic())))
+            frames = walsender.read(timeout=max(0.0, min(1.0, self._next_status - time.monotonic())))
             reply = False
             for frame in frames:
                 kind = frame[0]
@@ -119,9 +111,14 @@ class Pipeline:
                 else:
                     raise DecodeError("CopyData", 0, f"unknown replication frame type {chr(kind)!r}")
             self.sink.poll()
-            if reply or time.monotonic() >= next_status:
+            if reply:
                 self._send_status(walsender)
-                next_status = time.monotonic() + interval
+            else:
+                self._status_if_due(walsender)
+
+    def _status_if_due(self, walsender: Walsender) -> None:
+        if time.monotonic() >= self._next_status:
+            self._send_status(walsender)
 
     def _handle(self, decoder: Decoder, assembler: Assembler, payload: bytes, wal_lsn: int) -> None:
         try:
@@ -139,6 +136,7 @@ class Pipeline:
             self.sink.write_message(event, self.progress)
 
     def _send_status(self, walsender: Walsender) -> None:
+        self._next_status = time.monotonic() + self.settings.source.status_interval_s
         progress = self.progress
         flushed = progress.flushed_lsn
         try:

@@ -1,1 +1,36 @@
-"""Where committed changes go: JSON lines (``cdcd tail``); Kafka arrives with the Kafka output stage."""
+"""Where committed changes go: JSON lines (``sink/jsonl.py``) or Kafka (``sink/kafka.py``).
+
+A sink reports finished work through ``Progress`` (synchronously, or from ``poll`` for one that delivers
+asynchronously) and raises from ``poll`` once delivery has failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cdcd.assembly import Transaction
+from cdcd.pgoutput.messages import LogicalMessage, Type
+from cdcd.progress import Progress
+
+
+class SinkFailure(RuntimeError):
+    """The sink lost or refused data (e.g. a Kafka delivery error): the daemon must stop."""
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What a sink learns when a replication session starts."""
+
+    database: str
+    types: Mapping[int, Type] = field(default_factory=dict)  # the decoder's Type cache, kept current
+    keep_alive: Callable[[], None] = lambda: None  # call while blocked: keeps status updates going
+
+
+class Sink(Protocol):
+    def start_session(self, session: SessionContext) -> None: ...
+    def write_transaction(self, txn: Transaction, progress: Progress) -> None: ...
+    def write_message(self, message: LogicalMessage, progress: Progress) -> None: ...
+    def poll(self) -> None: ...
+    def flush(self, timeout: float) -> bool: ...

@@ -16,6 +16,7 @@ from cdcd.assembly import Transaction
 from cdcd.lsn import format_lsn
 from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Value
 from cdcd.progress import Progress
+from cdcd.sink import SessionContext
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring
 _OPS = {"insert": "c", "update": "u", "delete": "d"}
@@ -93,6 +94,9 @@ class JsonLinesSink:
         self._emit([self._message_line(message, ',"xid":null,"commit_lsn":null,"lsn":"')])
         self.out.flush()
         progress.seal(entry)
+
+    def start_session(self, session: SessionContext) -> None:
+        """Nothing to learn: rows are written in their text form."""
 
     def poll(self) -> None:
         """Nothing to serve: every write is finished before it returns."""

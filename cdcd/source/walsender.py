@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 from psycopg import pq, sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdcd.config import Publication, SourceSettings
 from cdcd.lsn import parse_lsn
@@ -49,9 +50,21 @@ class SessionInfo:
         return self.protocol_version >= 4 and self.streaming == "parallel"
 
 
+# pgoutput renders text values with the walsender session's settings: pin the ones the converters parse.
+# They go last in `options`, so they win over the DSN's own, whose other settings still apply.
+SESSION_SETTINGS = (
+    "-c DateStyle=ISO -c IntervalStyle=postgres -c bytea_output=hex -c extra_float_digits=1 -c client_encoding=UTF8"
+)
+
+
 def _connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
     try:
-        return psycopg.connect(dsn, autocommit=True, **kwargs)
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise SourceError(f"source.dsn is not a valid connection string: {_first_line(exc)}") from None
+    params["options"] = f"{params.get('options') or ''} {SESSION_SETTINGS}".strip()
+    try:
+        return psycopg.connect(make_conninfo(**params), autocommit=True, **kwargs)  # type: ignore[arg-type]
     except psycopg.OperationalError as exc:
         raise SourceDisconnected(f"cannot connect to PostgreSQL: {_first_line(exc)}") from None
 

@@ -1,13 +1,14 @@
-"""`make demo`: cdcd on the local stack, on a demo workload, showing committed changes as they flow.
+"""`make demo`: cdcd on the local stack, on a demo workload, showing committed changes flow into Kafka.
 
-Creates the `cdcd_demo` database (afresh each run), starts `cdcd tail` with config/demo.yaml, runs a small
-shop workload (plain transactions, a large transaction that PostgreSQL streams before commit, savepoints
-rolled back, a transaction aborted whole, a truncate) and prints what cdcd emits, then stops it with SIGTERM.
+Creates the `cdcd_demo` database (afresh each run), starts `cdcd run` with config/demo.yaml (Avro envelopes on
+`demo.shop.*` topics through the schema registry), runs a small shop workload (plain transactions, a large
+transaction that PostgreSQL streams before commit, savepoints rolled back, a transaction aborted whole, a
+truncate, a logical decoding message), reads the topics back with a registry-aware consumer and prints what
+arrived, then stops cdcd with SIGTERM and shows the LSN it confirmed.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,9 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 ROOT = Path(__file__).resolve().parents[2]
 DB = "cdcd_demo"
+PREFIX = "demo"
 
 
 def stack_env() -> dict[str, str]:
@@ -68,53 +75,82 @@ def workload(dsn: str) -> None:
         conn.commit()
 
 
-def summarize(lines: list[dict[str, Any]]) -> None:
-    print("\n--- first changes emitted by cdcd tail ---")
-    for line in lines[:6]:
-        print(json.dumps(line))
+def reset_topics(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(f"{PREFIX}.")]
+    for future in admin.delete_topics(topics).values() if topics else []:
+        future.result()
+    while topics and any(t.startswith(f"{PREFIX}.") for t in admin.list_topics(timeout=10).topics):
+        time.sleep(0.2)
+
+
+def consume(env: dict[str, str], wanted: int, timeout: float) -> list[tuple[str, Any]]:
+    """Read the demo topics through the schema registry until ``wanted`` change events have arrived."""
+    deserialize = AvroDeserializer(SchemaRegistryClient({"url": env["CDCD_SCHEMA_REGISTRY__URL"]}))
+    consumer = Consumer({"bootstrap.servers": env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], "group.id": f"demo-{time.time()}",
+                         "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 500})  # fmt: skip
+    consumer.subscribe([f"^{PREFIX}\\..*"])
+    events: list[tuple[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while sum(1 for t, v in events if v is not None and not t.endswith(".transaction")) < wanted:
+            if time.monotonic() > deadline:
+                break
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            topic = str(message.topic())
+            raw = message.value()
+            value = None if raw is None else deserialize(raw, SerializationContext(topic, MessageField.VALUE))
+            events.append((topic, value))
+    finally:
+        consumer.close()
+    return events
+
+
+def summarize(events: list[tuple[str, Any]]) -> None:
+    print("\n--- first events read back from Kafka (Avro, through the schema registry) ---")
+    for topic, value in [e for e in events if e[0].startswith(f"{PREFIX}.shop.")][:4]:
+        shown = {k: value[k] for k in ("op", "before", "after")} if value else None
+        print(f"{topic}: {shown}")
     print("...")
-    counts = Counter(
-        (line["op"], f"{line['schema']}.{line['table']}" if line["table"] else "(message)") for line in lines
+    counts = Counter((topic, "tombstone" if v is None else v.get("op") or v.get("status")) for topic, v in events)
+    print("\n--- events by (topic, op) ---")
+    for (topic, op), count in sorted(counts.items()):
+        print(f"  {topic:<22} {op:<10} {count}")
+    notes = Counter(str(((v or {}).get("after") or {}).get("note")) for _, v in events)
+    print(
+        f"\nrows from a rolled-back savepoint: {notes['rolled back']}, from an aborted transaction: {notes['aborted']}"
     )
-    print("\n--- committed changes by (op, table) ---")
-    for (op, table), count in sorted(counts.items()):
-        print(f"  {op}  {table:<16} {count}")
-    notes = Counter(str((line.get("after") or {}).get("note")) for line in lines)
-    print(f"\nrows emitted from a rolled-back savepoint: {notes['rolled back']}")
-    print(f"rows emitted from an aborted transaction: {notes['aborted']}")
 
 
 def main() -> int:
     env = stack_env()
     reset_database(env["CDCD_SOURCE__DSN"])
+    reset_topics(env["CDCD_KAFKA__BOOTSTRAP_SERVERS"])
     dsn = env["CDCD_SOURCE__DSN"].replace("dbname=cdcd", f"dbname={DB}")
     child_env = {**os.environ, **env, "CDCD_SOURCE__DSN": dsn + " options='-c logical_decoding_work_mem=64kB'"}
-    output = Path("/tmp/cdcd-demo.jsonl")
-    output.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "cdcd", "tail", "--config", str(ROOT / "config/demo.yaml"), "--output", str(output)]
+    cmd = [sys.executable, "-m", "cdcd", "run", "--config", str(ROOT / "config/demo.yaml")]
     print("$", " ".join(cmd[2:]))
-    tail = subprocess.Popen(cmd, env=child_env)
+    daemon = subprocess.Popen(cmd, env=child_env)
     try:
         workload(dsn)
-        expected = 3 + 2 + 2000 + 1 + 1  # inserts, update+delete, streamed batch, message, truncate
-        deadline = time.monotonic() + 60
-        lines: list[dict[str, Any]] = []
-        while len(lines) < expected and time.monotonic() < deadline and tail.poll() is None:
-            time.sleep(0.2)
-            lines = [json.loads(x) for x in output.read_text().splitlines()] if output.exists() else []
-        summarize(lines)
+        # 3 inserts, an update, a delete, 2000 streamed inserts, a truncate, a logical decoding message
+        expected = 3 + 1 + 1 + 2000 + 1 + 1
+        events = consume(env, expected, 90)
+        summarize(events)
         time.sleep(1.5)  # one more status interval so the confirmed LSN is visible
     finally:
-        tail.send_signal(signal.SIGTERM)
-        code = tail.wait(30)
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(60)
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "SELECT confirmed_flush_lsn, pg_current_wal_lsn() FROM pg_replication_slots WHERE slot_name = %s", [DB]
         ).fetchone()
     confirmed, wal = row if row else ("?", "?")
-    print(f"\ncdcd tail exited {code}; slot {DB} confirmed up to {confirmed} (server WAL at {wal})")
-    print(f"all {len(lines)} lines: {output}")
-    return 0 if code == 0 and len(lines) >= expected else 1
+    print(f"\ncdcd run exited {code}; slot {DB} confirmed up to {confirmed} (server WAL at {wal})")
+    received = sum(1 for t, v in events if v is not None and not t.endswith(".transaction"))
+    return 0 if code == 0 and received >= expected else 1
 
 
 if __name__ == "__main__":

@@ -82,3 +82,24 @@ def test_reconnects_after_the_server_ends_the_connection(db: Database, tail_fact
     assert "source disconnected; retrying" in tail.log.read_text()
     assert tail.proc is not None
     assert tail.proc.poll() is None, "the daemon keeps running through connection loss"
+
+
+def test_session_settings_are_pinned_whatever_the_dsn_says(db: Database, tail_factory: Callable[..., Tail]) -> None:
+    """Text values must not follow a DateStyle/IntervalStyle/bytea_output/extra_float_digits set in the DSN."""
+    db.execute(
+        "CREATE TABLE items (id int PRIMARY KEY, d date, ts timestamp, iv interval, b bytea, f float8);"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE items"
+    )
+    hostile = "-c DateStyle=SQL,DMY -c IntervalStyle=sql_standard -c bytea_output=escape -c extra_float_digits=-3"
+    tail = tail_factory(dsn=db.dsn(hostile + " -c logical_decoding_work_mem=64kB")).start()
+    tail.wait_streaming()
+    db.execute("INSERT INTO items VALUES (1, '2024-02-29', '2024-02-29 13:14:15.5', '1 day 02:00:00', '\\x00ff', 0.1)")
+    (line,) = tail.wait_for(lambda lines: len(lines) >= 1)
+    assert line["after"] == {
+        "id": "1",
+        "d": "2024-02-29",
+        "ts": "2024-02-29 13:14:15.5",
+        "iv": "1 day 02:00:00",
+        "b": "\\x00ff",
+        "f": "0.1",
+    }

@@ -1,0 +1,339 @@
+"""Kafka output: Debezium-compatible Avro envelopes on per-table topics, schemas in a Confluent registry.
+
+Every message of a transaction is produced asynchronously by an idempotent producer (acks=all); delivery
+callbacks acknowledge them to ``Progress``, so the flush LSN reaches a transaction's end only once Kafka has
+every message of it and of all earlier transactions. A full local queue blocks (the daemon stops reading WAL;
+nothing is dropped). A failed delivery stops the daemon with the LSN it reached.
+
+Layout: table changes on ``<prefix>.<schema>.<table>`` keyed by the replica identity, a tombstone after each
+delete, a truncate event per table; logical decoding messages on ``<prefix>.message``; BEGIN/END events on
+``<prefix>.transaction``. An update that changes the key becomes, as in Debezium, a delete of the old key
+(plus tombstone) and a create under the new key, so each key's history stays in one partition.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from cdcd import __version__
+from cdcd.assembly import Transaction
+from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
+from cdcd.avro.metadata import (
+    MESSAGE_KEY,
+    TRANSACTION_KEY,
+    TRANSACTION_VALUE,
+    TransactionEvent,
+    encode_message,
+    encode_transaction,
+    message_value_schema,
+)
+from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.logging import library_logger
+from cdcd.lsn import pg_to_unix_us
+from cdcd.pgoutput.messages import LogicalMessage, Relation, RowChange, Truncate, Type
+from cdcd.progress import Entry, Progress
+from cdcd.sink import SessionContext, SinkFailure
+
+log = structlog.get_logger("cdcd.sink.kafka")
+
+_TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._-]")
+_WIRE_HEADER = struct.Struct(">bI")  # Confluent wire format: magic byte 0, schema id
+
+
+def topic_name(prefix: str, schema: str, table: str) -> str:
+    """``<prefix>.<schema>.<table>`` with characters Kafka does not allow in topic names replaced by ``_``."""
+    return _TOPIC_INVALID.sub("_", f"{prefix}.{schema or 'pg_catalog'}.{table}")
+
+
+class _Table:
+    """What producing for one Relation (one schema version of a table) needs."""
+
+    __slots__ = ("encoder", "key_header", "relation", "topic", "value_header")
+
+    def __init__(self, relation: Relation, encoder: EnvelopeEncoder, topic: str, key_id: int | None, value_id: int):
+        self.relation = relation
+        self.encoder = encoder
+        self.topic = topic
+        self.key_header = None if key_id is None else _WIRE_HEADER.pack(0, key_id)
+        self.value_header = _WIRE_HEADER.pack(0, value_id)
+
+
+_OPS = {"insert": "c", "update": "u", "delete": "d"}
+
+
+def _key_changed(change: RowChange) -> bool:
+    if change.old_is_key:
+        return True  # PostgreSQL sends a K tuple only when the key changed
+    old, new = change.old, change.new
+    assert old is not None
+    assert new is not None
+    return any(old[i] != new[i] for i, c in enumerate(change.relation.columns) if c.is_key)
+
+
+def _definition(relation: Relation) -> tuple[object, ...]:
+    """What makes two Relation messages the same schema version (not the streamed block's xid)."""
+    return relation.schema, relation.name, relation.replica_identity, relation.columns
+
+
+class _Emit:
+    """One transaction's production state: its progress entry, delivery callback and per-topic counts."""
+
+    __slots__ = ("acked", "counts", "entry", "now_us", "progress", "txn_id")
+
+    def __init__(
+        self, progress: Progress, entry: Entry, failed: Callable[[str, KafkaError], None], txn_id: str, now_us: int
+    ) -> None:
+        self.progress, self.entry, self.txn_id, self.now_us = progress, entry, txn_id, now_us
+        self.counts: Counter[str] = Counter()
+
+        def acked(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                progress.ack(entry)
+            else:
+                failed(str(message.topic()), error)
+
+        self.acked = acked
+
+    def order(self, topic: str) -> TxInfo:
+        """Debezium's transaction block for the next event on ``topic``."""
+        self.counts[topic] += 1
+        return TxInfo(self.txn_id, sum(self.counts.values()), self.counts[topic])
+
+
+class KafkaSink:
+    def __init__(self, kafka: KafkaSettings, registry: SchemaRegistrySettings) -> None:
+        self.settings = kafka
+        self.database = ""
+        config: dict[str, Any] = {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "logger": library_logger("cdcd.librdkafka"),
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 100_000,
+            "queue.buffering.max.kbytes": 65_536,  # the local queue is bounded: 64 MiB
+            "message.timeout.ms": 0,  # while Kafka is away, wait for it rather than fail (0 = no limit)
+            **kafka.producer,
+            "enable.idempotence": True,
+            "acks": "all",
+        }
+        self.producer = Producer(config)
+        self.admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "logger": config["logger"]})
+        self.registry = SchemaRegistryClient({"url": registry.url})
+        self.types: Mapping[int, Type] = {}
+        self.keep_alive: Callable[[], None] = lambda: None
+        self._tables: dict[int, _Table] = {}
+        self._topics: set[str] = set()
+        self._schema_ids: dict[tuple[str, str], int] = {}
+        self._failure: str | None = None
+        self._last_commit_lsn: int | None = None
+        self.produced = 0
+
+    # -- the Sink protocol ----------------------------------------------------------------------
+
+    def start_session(self, session: SessionContext) -> None:
+        self.database = session.database
+        self.types = session.types
+        self.keep_alive = session.keep_alive
+
+    def write_transaction(self, txn: Transaction, progress: Progress) -> None:
+        now_us = time.time_ns() // 1000
+        ctx = _Emit(progress, progress.open(txn.end_lsn), self._failed, f"{txn.xid}:{txn.commit_lsn}", now_us)
+        source = SourceInfo(
+            version=__version__,
+            db=self.database,
+            ts_us=pg_to_unix_us(txn.commit_time),
+            tx_id=txn.xid,
+            commit_lsn=txn.commit_lsn,
+            last_commit_lsn=self._last_commit_lsn,
+            origin=txn.origin,
+        )
+        if self.settings.transaction_topic:
+            self._metadata(TransactionEvent("BEGIN", ctx.txn_id, now_us // 1000), ctx)
+        for change in txn.changes():
+            if isinstance(change, RowChange):
+                self._row(change, source, ctx)
+            elif isinstance(change, Truncate):
+                for relation in change.relations:
+                    table = self._table(relation)
+                    order = ctx.order(table.topic)
+                    value = table.encoder.encode_value("t", None, None, source, change.wal_lsn, now_us, order)
+                    self._produce(table.topic, None, table.value_header + value, ctx)
+            else:
+                self._message(change, source, ctx)
+        if self.settings.transaction_topic:
+            counts = ctx.counts
+            end = TransactionEvent(
+                "END", ctx.txn_id, now_us // 1000, sum(counts.values()), tuple(sorted(counts.items()))
+            )
+            self._metadata(end, ctx)
+        self._last_commit_lsn = txn.commit_lsn
+        progress.seal(ctx.entry)
+
+    def write_message(self, message: LogicalMessage, progress: Progress) -> None:
+        now_us = time.time_ns() // 1000
+        ctx = _Emit(progress, progress.open(message.lsn), self._failed, "", now_us)
+        source = SourceInfo(version=__version__, db=self.database, ts_us=now_us)
+        self._message(message, source, ctx)
+        progress.seal(ctx.entry)
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+        self._raise_failure()
+
+    def flush(self, timeout: float) -> bool:
+        remaining = self.producer.flush(timeout)
+        self._raise_failure()
+        return remaining == 0
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _row(self, change: RowChange, source: SourceInfo, ctx: _Emit) -> None:
+        table = self._table(change.relation)
+        old, new = change.old, change.new
+        if change.op == "update" and old is not None and table.key_header is not None and _key_changed(change):
+            # The key changed: delete under the old key, create under the new one (Debezium's behaviour).
+            delete = RowChange("delete", change.relation, old, None, change.old_is_key, change.xid, change.wal_lsn, 0)
+            self._row(delete, source, ctx)
+            old, op = None, "c"
+        else:
+            op = _OPS[change.op]
+        key_row = new if new is not None else old
+        key = (
+            None
+            if table.key_header is None or key_row is None
+            else table.key_header + table.encoder.encode_key(key_row)
+        )
+        order = ctx.order(table.topic)
+        value = table.encoder.encode_value(op, old, new, source, change.wal_lsn, ctx.now_us, order)
+        self._produce(table.topic, key, table.value_header + value, ctx)
+        if op == "d" and self.settings.tombstones_on_delete and key is not None:
+            self._produce(table.topic, key, None, ctx)
+
+    def _message(self, message: LogicalMessage, source: SourceInfo, ctx: _Emit) -> None:
+        topic = f"{self.settings.topic_prefix}.message"
+        key, value = encode_message(self.settings.topic_prefix, message, source, ctx.now_us // 1000)
+        self._produce_fixed(topic, (MESSAGE_KEY, key), (message_value_schema(), value), ctx)
+
+    def _metadata(self, event: TransactionEvent, ctx: _Emit) -> None:
+        key, value = encode_transaction(event)
+        topic = f"{self.settings.topic_prefix}.transaction"
+        self._produce_fixed(topic, (TRANSACTION_KEY, key), (TRANSACTION_VALUE, value), ctx)
+
+    def _produce_fixed(
+        self, topic: str, key: tuple[dict[str, Any], bytes], value: tuple[dict[str, Any], bytes], ctx: _Emit
+    ) -> None:
+        """Produce an event of a fixed schema pair (messages, transaction metadata)."""
+        self._ensure_topic(topic)
+        key_header = _WIRE_HEADER.pack(0, self._schema_id(f"{topic}-key", key[0]))
+        value_header = _WIRE_HEADER.pack(0, self._schema_id(f"{topic}-value", value[0]))
+        self._produce(topic, key_header + key[1], value_header + value[1], ctx)
+
+    # -- producing ------------------------------------------------------------------------------
+
+    def _failed(self, topic: str, error: KafkaError) -> None:
+        if self._failure is None:
+            self._failure = f"delivery to {topic} failed: {error.str()}"
+
+    def _produce(self, topic: str, key: bytes | None, value: bytes | None, ctx: _Emit) -> None:
+        ctx.progress.add(ctx.entry)
+        while True:
+            try:
+                self.producer.produce(topic, value, key, on_delivery=ctx.acked)
+                break
+            except BufferError:  # the local queue is full: wait for Kafka, never drop
+                self.producer.poll(0.1)
+                self._raise_failure()
+                self.keep_alive()  # status updates go on while blocked, or the server drops us
+        self.produced += 1
+        if self.produced % 1000 == 0:
+            self.producer.poll(0)
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise SinkFailure(self._failure)
+
+    # -- tables, topics, schemas ----------------------------------------------------------------
+
+    def _table(self, relation: Relation) -> _Table:
+        table = self._tables.get(relation.relation_id)
+        if table is not None:
+            if table.relation is relation:
+                return table
+            if _definition(table.relation) == _definition(relation):  # sent again (new session, streamed txn)
+                table.relation = relation
+                return table
+        prefix = self.settings.topic_prefix
+        schemas = build_schemas(relation, prefix, dict(self.types))
+        topic = topic_name(prefix, relation.schema, relation.name)
+        self._ensure_topic(topic)
+        # Under REPLICA IDENTITY FULL pgoutput flags every column as key: that is no row identity to key by.
+        keyless = schemas.key is None or relation.replica_identity == "f"
+        key_id = None if keyless else self._schema_id(f"{topic}-key", schemas.key)  # type: ignore[arg-type]
+        value_id = self._schema_id(f"{topic}-value", schemas.envelope)
+        table = self._tables[relation.relation_id] = _Table(relation, EnvelopeEncoder(schemas), topic, key_id, value_id)
+        log.info("table schema registered", topic=topic, key_schema_id=key_id, value_schema_id=value_id)
+        return table
+
+    def _schema_id(self, subject: str, schema: dict[str, Any]) -> int:
+        text = json.dumps(schema, sort_keys=True)
+        cached = self._schema_ids.get((subject, text))
+        if cached is not None:
+            return cached
+        try:
+            schema_id: int = self.registry.register_schema(subject, Schema(text, "AVRO"))
+        except Exception as exc:  # the client raises several error types; all mean the same here
+            raise SinkFailure(f"schema registry refused the schema for {subject}: {exc}") from None
+        self._schema_ids[(subject, text)] = schema_id
+        return schema_id
+
+    def _ensure_topic(self, topic: str) -> None:
+        if topic in self._topics:
+            return
+        if self.settings.create_topics:
+            settings = self.settings
+            new = NewTopic(
+                topic,
+                num_partitions=settings.partitions,
+                replication_factor=settings.replication_factor,
+                config=dict(settings.topic_config),
+            )
+            future = self.admin.create_topics([new], operation_timeout=30)[topic]
+            try:
+                future.result(timeout=60)
+                log.info("topic created", topic=topic, partitions=self.settings.partitions)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise SinkFailure(f"cannot create topic {topic}: {exc.args[0].str()}") from None
+        self._topics.add(topic)
+
+
+def check_kafka(kafka: KafkaSettings, registry: SchemaRegistrySettings, timeout: float = 10) -> list[str]:
+    """Every problem that would stop `cdcd run` on the Kafka side: the broker and the schema registry."""
+    problems = []
+    try:
+        config: dict[str, Any] = {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "logger": library_logger("cdcd.librdkafka"),
+        }
+        admin = AdminClient(config)
+        metadata = admin.list_topics(timeout=timeout)
+        if not metadata.brokers:
+            problems.append(f"Kafka at {kafka.bootstrap_servers} reports no brokers")
+    except KafkaException as exc:
+        problems.append(f"cannot reach Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}")
+    try:
+        SchemaRegistryClient({"url": registry.url, "timeout": timeout}).get_subjects()
+    except Exception as exc:  # connection errors, HTTP errors and bad URLs all land here
+        problems.append(f"schema registry at {registry.url} does not answer the Confluent API: {exc}")
+    return problems

@@ -1,0 +1,326 @@
+"""cdcd run to Kafka on the real stack: a consumer reading through the schema registry sees exactly what
+the database committed, in order, with typed values; the flush LSN follows Kafka's acknowledgements."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from cdcd.lsn import parse_lsn
+from tests.integration.conftest import STACK, Database, stack_env
+from tests.integration.workload import SCHEMA, Change, Model, Txn, interleaved_workload
+
+pytestmark = pytest.mark.integration
+
+# Before cdcd creates the topics the pattern subscription finds none; end of partition is not an error.
+_TRANSIENT = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._PARTITION_EOF}
+
+
+@pytest.fixture(scope="session")
+def kafka_env() -> dict[str, str]:
+    for component in ("kafka", "registry"):
+        subprocess.run([str(STACK), "up", component], check=True, env=os.environ.copy())
+    return stack_env("15")
+
+
+@dataclass
+class Event:
+    topic: str
+    key: dict[str, Any] | None
+    value: dict[str, Any] | None  # None: a tombstone
+
+
+class Run:
+    """A `cdcd run` process producing to Kafka, and a consumer of everything under its topic prefix."""
+
+    def __init__(self, db: Database, env: dict[str, str], tmp_path: Path) -> None:
+        self.db, self.env, self.tmp_path = db, env, tmp_path
+        self.prefix = f"it_{db.name}"
+        self.slot = f"s_{db.name}"
+        self.log = tmp_path / "run.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        registry = SchemaRegistryClient({"url": env["CDCD_SCHEMA_REGISTRY__URL"]})
+        self._deserialize = AvroDeserializer(registry)
+        self.consumer = Consumer({"bootstrap.servers": env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
+                                  "group.id": self.prefix, "auto.offset.reset": "earliest",
+                                  "topic.metadata.refresh.interval.ms": 500})  # fmt: skip
+        self.consumer.subscribe([f"^{self.prefix}\\..*"])
+        self.events: list[Event] = []
+
+    def start(self) -> Run:
+        config = {
+            "source": {"dsn": self.db.dsn(self.db.server.streaming_options), "slot": self.slot,
+                       "publications": [{"name": "cdcd_pub"}], "status_interval_s": 0.3},
+            "sink": {"kind": "kafka", "flush_timeout_s": 20},
+            "kafka": {"bootstrap_servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], "topic_prefix": self.prefix},
+            "schema_registry": {"url": self.env["CDCD_SCHEMA_REGISTRY__URL"]},
+            "buffer": {"spill_dir": str(self.tmp_path / "spill"), "memory_limit": "256KiB"},
+            "log": {"format": "json"},
+        }  # fmt: skip
+        path = self.tmp_path / "run.yaml"
+        path.write_text(yaml.safe_dump(config))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)],
+                                         stdout=subprocess.DEVNULL, stderr=log, env=env)  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not self.db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", [self.slot]):
+            self._check_alive()
+            assert time.monotonic() < deadline, f"never streamed:\n{self.log.read_text()[-3000:]}"
+            time.sleep(0.1)
+        return self
+
+    def _check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"cdcd run exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=60)
+
+    def consume_until(self, done: Any, timeout: float = 90) -> list[Event]:
+        deadline = time.monotonic() + timeout
+        while not done(self.events):
+            assert time.monotonic() < deadline, f"timed out with {len(self.events)} events"
+            message = self.consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() in _TRANSIENT:
+                    continue
+                raise KafkaException(error)
+            topic = str(message.topic())
+            key_ctx = SerializationContext(topic, MessageField.KEY)
+            value_ctx = SerializationContext(topic, MessageField.VALUE)
+            key = None if message.key() is None else self._deserialize(message.key(), key_ctx)
+            value = None if message.value() is None else self._deserialize(message.value(), value_ctx)
+            self.events.append(Event(topic, key, value))
+        return self.events
+
+    def close(self) -> None:
+        self.consumer.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def run(db: Database, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
+    r = Run(db, kafka_env, tmp_path)
+    yield r
+    r.close()
+
+
+def text_row(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if record is None else {k: None if v is None else str(v) for k, v in record.items()}
+
+
+def expected_events(model: Model) -> dict[str, list[Change]]:
+    """Per table, what the envelopes must say: a key change is a delete plus a create (Debezium's way)."""
+    out: dict[str, list[Change]] = {"items": [], "audit": []}
+    for _, changes in model.committed:
+        for op, table, before, after in changes:
+            if op == "u" and before is not None and after is not None and before["id"] != after["id"]:
+                out[table] += [("d", table, before, None), ("c", table, None, after)]
+            else:
+                out[table].append((op, table, before, after))
+    return out
+
+
+def observed(events: list[Event], prefix: str, table: str) -> list[Change]:
+    rows = []
+    for e in events:
+        if e.topic != f"{prefix}.public.{table}" or e.value is None:
+            continue
+        before, after = text_row(e.value["before"]), text_row(e.value["after"])
+        if table == "items" and before is not None:  # default replica identity: the key only
+            before = {"id": before["id"]}
+        rows.append((e.value["op"], table, before, after))
+    return rows
+
+
+def data_events(events: list[Event], prefix: str) -> list[Event]:
+    return [e for e in events if e.topic in (f"{prefix}.public.items", f"{prefix}.public.audit")]
+
+
+def test_committed_changes_arrive_in_order_with_tombstones_and_transactions(run: Run, db: Database) -> None:
+    db.execute(SCHEMA)
+    run.start()
+    model = Model()
+    interleaved_workload(db.dsn(), model)
+    expected = expected_events(model)
+    total = sum(len(v) for v in expected.values())
+    deletes = sum(1 for c in expected["items"] if c[0] == "d")  # each gets a tombstone (audit has no key)
+    run.consume_until(lambda events: len(data_events(events, run.prefix)) >= total + deletes)
+    for table in ("items", "audit"):
+        assert observed(run.events, run.prefix, table) == expected[table]
+    assert all(e.key is None for e in run.events if e.topic.endswith(".audit"))  # REPLICA IDENTITY FULL: no key
+    assert all(e.key is not None for e in run.events if e.topic.endswith(".items"))
+    # Each keyed delete is followed by a tombstone with the same key.
+    for topic in {e.topic for e in data_events(run.events, run.prefix)}:
+        stream = [e for e in run.events if e.topic == topic]
+        for i, event in enumerate(stream):
+            if event.value is not None and event.value["op"] == "d" and event.key is not None:
+                assert stream[i + 1].value is None
+                assert stream[i + 1].key == event.key
+
+    # The transaction topic: BEGIN and END per transaction; END counts the data events.
+    def transaction_ends(events: list[Event]) -> dict[str, dict[str, Any]]:
+        values = [e.value for e in events if e.topic.endswith(".transaction") and e.value is not None]
+        return {v["id"]: v for v in values if v["status"] == "END"}
+
+    ends = transaction_ends(run.consume_until(lambda events: len(transaction_ends(events)) >= len(model.committed)))
+    for e in data_events(run.events, run.prefix):
+        if e.value is not None:
+            assert e.value["transaction"]["id"] in ends
+    per_txn: dict[str, int] = {}
+    for e in data_events(run.events, run.prefix):
+        if e.value is not None:
+            per_txn[e.value["transaction"]["id"]] = per_txn.get(e.value["transaction"]["id"], 0) + 1
+    assert {k: v["event_count"] for k, v in ends.items()} == per_txn
+    assert run.stop() == 0
+    # The confirmed position covers the last commit: Kafka acknowledged everything.
+    last_commit = max(e.value["source"]["commit_lsn"] for e in data_events(run.events, run.prefix) if e.value)
+    confirmed = db.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                           [run.slot])[0][0]  # fmt: skip
+    assert parse_lsn(confirmed) > last_commit
+
+
+def test_typed_values_truncate_and_messages(run: Run, db: Database) -> None:
+    db.execute(
+        "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');"
+        "CREATE TABLE typed (id bigint PRIMARY KEY, b bool, i2 smallint, i4 int, f4 real, f8 double precision,"
+        " n numeric(10,3), nu numeric, t text, vc varchar(10), bp char(3), by bytea, u uuid, d date, tm time,"
+        " ts timestamp, tz timestamptz, iv interval, j json, jb jsonb, ai int[], at text[], m mood);"
+        "CREATE TABLE items (id int PRIMARY KEY);"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE typed, items"
+    )
+    run.start()
+    u = uuid.uuid4()
+    db.execute(
+        "INSERT INTO typed VALUES (1, true, -7, 2147483647, 1.5, 2.25, 1234.567, 3.14159265358979323846, 'héllo',"
+        " 'vc', 'ab', '\\x00ff'::bytea, %s, '2024-02-29', '13:14:15.5', '2024-02-29 13:14:15.123456',"
+        " '2024-02-29 13:14:15.123456+02', '1 day 02:03:04', '{\"a\": 1}', '{\"b\": [1, 2]}',"
+        " '{1,NULL,3}', '{\"x,y\",\"NULL\",NULL}', 'happy'), (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+        " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+        [u],
+    )
+    db.execute("INSERT INTO items VALUES (1); TRUNCATE items")
+    db.execute("SELECT pg_logical_emit_message(false, 'audit', 'hello')")
+    events = run.consume_until(lambda ev: any(e.topic.endswith(".message") for e in ev)
+                               and any(e.value and e.value.get("op") == "t" for e in ev)
+                               and sum(1 for e in ev if e.topic.endswith(".typed")) >= 2)  # fmt: skip
+    typed = [e.value["after"] for e in events if e.topic == f"{run.prefix}.public.typed" and e.value]
+    row = typed[0]
+    assert row["id"] == 1
+    assert row["b"] is True
+    assert (row["i2"], row["i4"]) == (-7, 2147483647)
+    assert (row["f4"], row["f8"]) == (1.5, 2.25)
+    assert row["n"] == decimal.Decimal("1234.567")
+    assert decimal.Decimal(str(row["nu"])) == decimal.Decimal("3.14159265358979323846")
+    assert (row["t"], row["vc"], row["bp"]) == ("héllo", "vc", "ab ")
+    assert row["by"] == b"\x00\xff"
+    assert str(row["u"]) == str(u)
+    assert row["d"] == dt.date(2024, 2, 29)
+    assert row["tz"] == dt.datetime(2024, 2, 29, 11, 14, 15, 123456, tzinfo=dt.UTC)
+    assert row["ai"] == [1, None, 3]
+    assert row["at"] == ["x,y", "NULL", None]
+    assert row["m"] == "happy"
+    assert '"a"' in row["j"]
+    assert '"b"' in row["jb"]
+    assert all(v is None for k, v in typed[1].items() if k != "id")
+    truncates = [e for e in events if e.value and e.value.get("op") == "t"]
+    assert [e.topic for e in truncates] == [f"{run.prefix}.public.items"]
+    (message,) = [e for e in events if e.topic == f"{run.prefix}.message"]
+    assert message.value is not None
+    assert message.value["message"] == {"prefix": "audit", "content": b"hello"}
+    assert run.stop() == 0
+
+
+def test_kill_9_at_several_points_loses_nothing(run: Run, db: Database) -> None:
+    db.execute(SCHEMA)
+    run.start()
+    model = Model()
+    for round_ in range(3):
+        for i in range(10):
+            txn = Txn(db.dsn(), model)
+            txn.insert_many("items", 100_000 + round_ * 10_000 + i * 100, 40, f"k{round_}-")
+            txn.commit()
+        time.sleep(0.3 * round_)  # kill at different points: mid-production, after acks, ...
+        assert run.stop(signal.SIGKILL) == -9
+        run.start()
+    expected = expected_events(model)["items"]
+    run.consume_until(lambda events: set(map(repr, observed(events, run.prefix, "items"))) >= set(map(repr, expected)))
+    seen = observed(run.events, run.prefix, "items")
+    assert set(map(repr, seen)) == set(map(repr, expected))  # nothing lost, nothing extra (duplicates allowed)
+    assert run.stop() == 0
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_kafka_away_for_30s_daemon_waits_bounded_and_loses_nothing(run: Run, db: Database) -> None:
+    db.execute(SCHEMA)
+    run.start()
+    model = Model()
+    stop_writing = threading.Event()
+
+    def workload() -> None:
+        i = 0
+        while not stop_writing.is_set():
+            txn = Txn(db.dsn(), model)
+            txn.insert_many("items", 200_000 + i * 100, 50, f"o{i}-")
+            txn.commit()
+            i += 1
+            time.sleep(0.02)
+
+    writer = threading.Thread(target=workload)
+    writer.start()
+    try:
+        time.sleep(2)
+        subprocess.run([str(STACK), "down", "kafka"], check=True)
+        assert run.proc is not None
+        rss = [rss_kib(run.proc.pid)]
+        for _ in range(30):  # Kafka is away for 30 s while the database keeps committing
+            time.sleep(1)
+            run._check_alive()
+            rss.append(rss_kib(run.proc.pid))
+        confirmed_while_down = db.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", [run.slot]
+        )[0][0]
+    finally:
+        stop_writing.set()
+        writer.join()
+        subprocess.run([str(STACK), "up", "kafka"], check=True)
+    assert max(rss) < 400 * 1024, f"memory grew while Kafka was away: {rss}"
+    expected = expected_events(model)["items"]
+    run.consume_until(lambda ev: set(map(repr, observed(ev, run.prefix, "items"))) >= set(map(repr, expected)), 180)
+    assert set(map(repr, observed(run.events, run.prefix, "items"))) == set(map(repr, expected))
+    # Nothing was confirmed past what Kafka had acknowledged before it went away.
+    last_acked = max(e.value["source"]["commit_lsn"] for e in run.events if e.value and e.topic.endswith(".items")
+                     and parse_lsn(confirmed_while_down) >= e.value["source"]["commit_lsn"])  # fmt: skip
+    assert parse_lsn(confirmed_while_down) >= last_acked
+    assert run.stop() == 0
