@@ -386,25 +386,17 @@ class Decoder:
             r.u64("prepare LSN"), r.u64("end LSN"), r.i64("prepare timestamp"), r.u32("Xid"), r.string("GID")
         )
 
+    @staticmethod
+    def _transaction_end(r: _Reader, event: str) -> tuple[int, int, int, int, int, str]:
+        """Flags, <event> LSN, end LSN, <event> timestamp, Xid, GID: Prepare, Commit Prepared, Stream Prepare."""
+        return (r.u8("flags"), r.u64(f"{event} LSN"), r.u64("end LSN"), r.i64(f"{event} timestamp"),
+                r.u32("Xid"), r.string("GID"))  # fmt: skip
+
     def _prepare(self, r: _Reader, buf: bytes, wal_lsn: int) -> Prepare:
-        return Prepare(
-            r.u8("flags"),
-            r.u64("prepare LSN"),
-            r.u64("end LSN"),
-            r.i64("prepare timestamp"),
-            r.u32("Xid"),
-            r.string("GID"),
-        )
+        return Prepare(*self._transaction_end(r, "prepare"))
 
     def _commit_prepared(self, r: _Reader, buf: bytes, wal_lsn: int) -> CommitPrepared:
-        return CommitPrepared(
-            r.u8("flags"),
-            r.u64("commit LSN"),
-            r.u64("end LSN"),
-            r.i64("commit timestamp"),
-            r.u32("Xid"),
-            r.string("GID"),
-        )
+        return CommitPrepared(*self._transaction_end(r, "commit"))
 
     def _rollback_prepared(self, r: _Reader, buf: bytes, wal_lsn: int) -> RollbackPrepared:
         return RollbackPrepared(
@@ -418,11 +410,4 @@ class Decoder:
         )
 
     def _stream_prepare(self, r: _Reader, buf: bytes, wal_lsn: int) -> StreamPrepare:
-        return StreamPrepare(
-            r.u8("flags"),
-            r.u64("prepare LSN"),
-            r.u64("end LSN"),
-            r.i64("prepare timestamp"),
-            r.u32("Xid"),
-            r.string("GID"),
-        )
+        return StreamPrepare(*self._transaction_end(r, "prepare"))
