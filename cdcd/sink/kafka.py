@@ -89,13 +89,14 @@ def _definition(relation: Relation) -> tuple[object, ...]:
 class _Emit:
     """One transaction's production state: its progress entry, delivery callback and per-topic counts."""
 
-    __slots__ = ("acked", "counts", "entry", "now_us", "progress", "txn_id")
+    __slots__ = ("acked", "counts", "entry", "now_us", "progress", "total", "txn_id")
 
     def __init__(
         self, progress: Progress, entry: Entry, failed: Callable[[str, KafkaError], None], txn_id: str, now_us: int
     ) -> None:
         self.progress, self.entry, self.txn_id, self.now_us = progress, entry, txn_id, now_us
         self.counts: Counter[str] = Counter()
+        self.total = 0
 
         def acked(error: KafkaError | None, message: Message) -> None:
             if error is None:
@@ -108,7 +109,8 @@ class _Emit:
     def order(self, topic: str) -> TxInfo:
         """Debezium's transaction block for the next event on ``topic``."""
         self.counts[topic] += 1
-        return TxInfo(self.txn_id, sum(self.counts.values()), self.counts[topic])
+        self.total += 1
+        return TxInfo(self.txn_id, self.total, self.counts[topic])
 
 
 class KafkaSink:
@@ -135,6 +137,7 @@ class KafkaSink:
         self._tables: dict[int, _Table] = {}
         self._topics: set[str] = set()
         self._schema_ids: dict[tuple[str, str], int] = {}
+        self._fixed_headers: dict[str, tuple[bytes, bytes]] = {}  # topic -> wire headers of fixed-schema events
         self._failure: str | None = None
         self._last_commit_lsn: int | None = None
         self.produced = 0
@@ -234,10 +237,13 @@ class KafkaSink:
         self, topic: str, key: tuple[dict[str, Any], bytes], value: tuple[dict[str, Any], bytes], ctx: _Emit
     ) -> None:
         """Produce an event of a fixed schema pair (messages, transaction metadata)."""
-        self._ensure_topic(topic)
-        key_header = _WIRE_HEADER.pack(0, self._schema_id(f"{topic}-key", key[0]))
-        value_header = _WIRE_HEADER.pack(0, self._schema_id(f"{topic}-value", value[0]))
-        self._produce(topic, key_header + key[1], value_header + value[1], ctx)
+        headers = self._fixed_headers.get(topic)
+        if headers is None:
+            self._ensure_topic(topic)
+            key_id = self._schema_id(f"{topic}-key", key[0])
+            value_id = self._schema_id(f"{topic}-value", value[0])
+            headers = self._fixed_headers[topic] = (_WIRE_HEADER.pack(0, key_id), _WIRE_HEADER.pack(0, value_id))
+        self._produce(topic, headers[0] + key[1], headers[1] + value[1], ctx)
 
     # -- producing ------------------------------------------------------------------------------
 
@@ -246,7 +252,7 @@ class KafkaSink:
             self._failure = f"delivery to {topic} failed: {error.str()}"
 
     def _produce(self, topic: str, key: bytes | None, value: bytes | None, ctx: _Emit) -> None:
-        ctx.progress.add(ctx.entry)
+        ctx.entry.outstanding += 1  # Progress.add, inlined: once per message
         while True:
             try:
                 self.producer.produce(topic, value, key, on_delivery=ctx.acked)

@@ -1,0 +1,619 @@
+"""``cdcd run`` to Kafka, every message acknowledged, against ``pg_recvlogical`` draining the same WAL.
+
+Two workloads, one after the other, in one scratch database (``bench_<random>``, table and publication as in
+drain.py):
+
+* ``large``: one transaction of ``--rows`` inserted rows (default 1,000,000);
+* ``small``: ``--small-txns`` transactions (default 100,000) of ``--txn-rows`` inserted rows each (default 1),
+  committed one by one by a PL/pgSQL procedure (COMMIT inside the loop); generating them is not timed.
+
+For each workload every logical slot (pgoutput) is created first, then the workload runs, so all slots see
+the same WAL; the end position is the end LSN of the workload's last commit record (pg_walinspect, PG 15+).
+Then, one after the other (they would compete for the two cores otherwise), per round:
+
+* ``pg_recvlogical --start --endpos <end> -f /dev/null`` with the same pgoutput options as cdcd (as drain.py);
+  timed from launch until it exits;
+* ``cdcd run --config F`` with ``sink.kind: kafka``, a topic prefix of its own, ``create_slot: false``,
+  ``kafka.transaction_topic`` true (variant ``tx``) and, with ``--variants tx,notx``, false (``notx``); timed
+  from launch until the slot's confirmed_flush_lsn reaches the end LSN. cdcd confirms a transaction only once
+  Kafka acknowledged every message of it (acks=all, idempotent producer), so that is "every message
+  acknowledged". Then the messages in Kafka are counted (the sum of high - low watermarks of the topics under
+  the run's prefix: the table topic must hold one per row, the transaction topic two per transaction; exit 1
+  if not), cdcd gets SIGTERM (it must exit 0) and its topics and registry subjects are deleted.
+
+Reported: seconds, rows/s, the ratio cdcd rows/s / pg_recvlogical rows/s (target >= 0.8), peak RSS (VmHWM
+sampled from /proc every 20 ms while the consumer runs, and for cdcd just before SIGTERM: wait4's ru_maxrss
+would include this script's own RSS, which Linux carries over fork and exec), the consumers' CPU (wait4), the
+walsender's and the Kafka broker's CPU during the run (sampled from /proc; the broker is the local process
+whose command line holds ``kafka.Kafka``).
+
+Run from the repository root, with the local stack up (``deploy/local/stack up pg kafka registry``)::
+
+    .venv/bin/python benchmarks/kafka.py             # 1,000,000 rows + 100,000 transactions, 2 rounds (~2.5 min)
+    .venv/bin/python benchmarks/kafka.py --quick     # 100,000 rows + 10,000 transactions, 1 round (~15 s)
+    .venv/bin/python benchmarks/kafka.py --repeat 3 --variants tx --workloads small
+    .venv/bin/python benchmarks/kafka.py --profile   # plus one cdcd run per workload under cProfile (+1.5 min)
+
+It imports drain.py's helpers (``import drain``: benchmarks/ is on sys.path when run as a script).
+
+Servers: ``--dsn`` (else ``CDCD_SOURCE__DSN``, else the stack's PostgreSQL 15), ``--bootstrap-servers`` (else
+``CDCD_KAFKA__BOOTSTRAP_SERVERS``, else 127.0.0.1:19092), ``--registry`` (else ``CDCD_SCHEMA_REGISTRY__URL``,
+else the stack's Apicurio). CDCD_* variables are removed from cdcd's environment. The database, the slots,
+the topics and the registry subjects are removed at the end, also on failure. Exits 1 if a consumer fails,
+a message count is wrong or cleanup fails, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pstats
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from drain import (
+    DEFAULT_DSN,
+    POLL_S,
+    PUBLICATION,
+    TABLE,
+    Bench,
+    BenchError,
+    Run,
+    Setup,
+    _cdcd_command,
+    _connect,
+    _cpu_s,
+    _find_pg_recvlogical,
+    _fmt,
+    _kill,
+    _log_tail,
+    _mib,
+    _safe_dsn,
+    _scalar,
+    _vm_hwm_kib,
+    _wait_exit,
+)
+from psycopg import sql
+
+from cdcd.lsn import format_lsn, parse_lsn
+from cdcd.source.protocol import protocol_version_for
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
+DEFAULT_REGISTRY = "http://127.0.0.1:18081/apis/ccompat/v7"
+WORKLOADS = ("large", "small")
+VARIANTS = {"tx": True, "notx": False}  # variant -> kafka.transaction_topic
+TARGET_RATIO = 0.8
+SMALL_PROCEDURE = f"""
+CREATE PROCEDURE bench_small(txns int, per_txn int, INOUT last_start pg_lsn DEFAULT NULL) LANGUAGE plpgsql AS $$
+BEGIN
+    FOR t IN 0 .. txns - 1 LOOP
+        IF t = txns - 1 THEN
+            last_start := pg_current_wal_insert_lsn();
+        END IF;
+        INSERT INTO {TABLE}
+            SELECT g, md5(g::text), g % 1000, timestamptz '2024-05-03 12:00+00' + g * interval '1 second'
+            FROM generate_series(t * per_txn + 1, (t + 1) * per_txn) g;
+        COMMIT;
+    END LOOP;
+END $$
+"""
+
+
+@dataclass
+class Workload:
+    name: str
+    txns: int
+    setup: Setup  # rows, end LSN, WAL size, generation time
+
+
+@dataclass
+class Result:
+    workload: str
+    label: str  # pg_recvlogical, cdcd tx, cdcd notx
+    run: Run
+    broker_cpu_s: float | None = None
+    messages: dict[str, int] | None = None  # topic suffix -> messages in Kafka
+    expected: dict[str, int] | None = None
+
+
+def _find_broker_pid() -> int | None:
+    """The local Kafka broker's pid (a JVM running kafka.Kafka), for its CPU time; None if not on this host."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if b"kafka.Kafka" in (entry / "cmdline").read_bytes().split(b"\0"):
+                return int(entry.name)
+    return None
+
+
+class _HwmSampler(threading.Thread):
+    """VmHWM of a child, read from /proc every POLL_S until it exits. wait4's ru_maxrss cannot be used for a
+    small child: Linux carries the parent's peak RSS over the fork and exec (this script's ~70 MiB)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        super().__init__(daemon=True)
+        self.proc = proc
+        self.peak_kib = 0
+
+    def run(self) -> None:
+        while self.proc.returncode is None:
+            try:
+                self.peak_kib = max(self.peak_kib, _vm_hwm_kib(self.proc.pid))
+            except (OSError, ValueError):
+                return
+            time.sleep(POLL_S)
+
+
+class KafkaBench(Bench):
+    def __init__(self, args: argparse.Namespace, admin: psycopg.Connection[Any], workdir: Path) -> None:
+        super().__init__(args, admin, workdir)
+        self.kafka = AdminClient({"bootstrap.servers": args.bootstrap_servers})
+        self.registry = SchemaRegistryClient({"url": args.registry})
+        self.prefixes: list[str] = []  # topic prefixes of cdcd runs whose topics may still exist
+        self.broker_pid = _find_broker_pid()
+        self.proto = 0
+        self.streaming = False
+        self.walinspect = False
+        self.samplers: dict[int, _HwmSampler] = {}
+
+    def _launch(self, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        proc = super()._launch(cmd, log, env)
+        self.samplers[proc.pid] = sampler = _HwmSampler(proc)
+        sampler.start()
+        return proc
+
+    def peak_rss_kib(self, pid: int) -> int:
+        """The sampled VmHWM of a child that has exited."""
+        sampler = self.samplers.pop(pid)
+        sampler.join(timeout=5)
+        return sampler.peak_kib
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def create_database(self) -> None:
+        self.admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
+        self.db_created = True
+        with _connect(self.scratch_dsn) as conn:
+            conn.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, v text NOT NULL, n int, ts timestamptz)")
+            conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {TABLE}")
+            conn.execute(SMALL_PROCEDURE)
+            self.walinspect = self._walinspect(conn)
+            self.proto = protocol_version_for(conn.info.server_version)
+            self.streaming = conn.info.server_version >= 140000
+
+    def generate(self, workload: str, slots: list[str]) -> Workload:
+        """Create the slots, then run the workload; the end position is its last commit's end LSN."""
+        args = self.args
+        with _connect(self.scratch_dsn) as conn:
+            conn.execute(f"TRUNCATE {TABLE}")  # before the slots: not decoded
+            for slot in slots:
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+                self.slots.append(slot)
+            wal_before = parse_lsn(str(_scalar(conn, "SELECT pg_current_wal_insert_lsn()")))
+            start = time.perf_counter()
+            if workload == "large":
+                txns, rows = 1, args.rows
+                conn.execute("SET synchronous_commit = on")
+                with conn.transaction():
+                    conn.execute(
+                        f"INSERT INTO {TABLE} SELECT g, md5(g::text), g %% 1000, "
+                        "timestamptz '2024-05-03 12:00+00' + g * interval '1 second' FROM generate_series(1, %s) g",
+                        [rows],
+                    )
+                    last_start = str(_scalar(conn, "SELECT pg_current_wal_insert_lsn()"))
+            else:
+                txns, rows = args.small_txns, args.small_txns * args.txn_rows
+                conn.execute("SET synchronous_commit = off")  # one WAL flush per commit would dominate
+                call = sql.SQL("CALL bench_small({}, {})").format(sql.Literal(txns), sql.Literal(args.txn_rows))
+                last_start = str(_scalar(conn, call.as_string(conn)))
+            generate_s = time.perf_counter() - start
+            last_xid = int(_scalar(conn, f"SELECT xmin::text::bigint FROM {TABLE} ORDER BY id DESC LIMIT 1"))
+            after = str(_scalar(conn, "SELECT pg_current_wal_insert_lsn()"))
+            end_lsn, source = parse_lsn(after), "pg_current_wal_insert_lsn() after the last COMMIT (upper bound)"
+            # Walsenders send (and pg_walinspect reads) only flushed WAL; with synchronous_commit off the WAL
+            # writer flushes it shortly.
+            deadline = time.monotonic() + 30
+            while parse_lsn(str(_scalar(conn, "SELECT pg_current_wal_flush_lsn()"))) < end_lsn:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"WAL not flushed to {format_lsn(end_lsn)} within 30 s")
+                time.sleep(POLL_S)
+            if self.walinspect:
+                row = conn.execute(
+                    "SELECT end_lsn FROM pg_get_wal_records_info(%s, %s) WHERE resource_manager = 'Transaction' "
+                    "AND record_type LIKE 'COMMIT%%' AND xid::text::bigint = %s",
+                    [last_start, after, last_xid],
+                ).fetchone()
+                if row is not None:
+                    end_lsn, source = parse_lsn(str(row[0])), "last commit record's end (pg_walinspect)"
+        setup = Setup(self.consumer_dsn, self.proto, self.streaming, end_lsn, rows, end_lsn - wal_before,
+                      generate_s, source)  # fmt: skip
+        return Workload(workload, txns, setup)
+
+    # -- consumers --------------------------------------------------------------------------
+
+    def run_recv(self, workload: Workload, slot: str, round_no: int) -> Result:
+        run = self.run_pg_recvlogical(workload.setup, slot, round_no)
+        run.peak_rss_kib = self.peak_rss_kib(self.procs[-1].pid)  # not ru_maxrss: see _HwmSampler
+        return Result(workload.name, "pg_recvlogical", run)
+
+    def run_cdcd_kafka(
+        self, workload: Workload, variant: str, slot: str, round_no: int, profile: Path | None = None
+    ) -> Result:
+        setup, args = workload.setup, self.args
+        prefix = f"cdcdbench-{self.database.removeprefix('bench_')}-{workload.name}-{variant}-{round_no}"
+        self.prefixes.append(prefix)
+        transaction_topic = VARIANTS[variant]
+        config = {
+            "source": {
+                "dsn": setup.dsn,
+                "slot": slot,
+                "create_slot": False,
+                "publications": [{"name": PUBLICATION, "tables": [{"name": f"public.{TABLE}"}]}],
+                "protocol_version": setup.proto,
+                "streaming": "on",
+                "status_interval_s": args.status_interval,
+                "reconnect": {"max_attempts": 1},
+            },
+            "buffer": {"memory_limit": args.memory_limit, "spill_dir": str(self.workdir / f"spill-{slot}")},
+            "sink": {"kind": "kafka"},
+            "kafka": {
+                "bootstrap_servers": args.bootstrap_servers,
+                "topic_prefix": prefix,
+                "transaction_topic": transaction_topic,
+            },
+            "schema_registry": {"url": args.registry},
+            "log": {"level": "info", "format": "json"},
+        }
+        config_path = self.workdir / f"{slot}.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        cdcd_args = ["run", "--config", str(config_path)]
+        cmd = _cdcd_command() + cdcd_args
+        if profile is not None:
+            cmd = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "cdcd", *cdcd_args]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+        log = self.workdir / f"{slot}.log"
+        broker_before = _cpu_s(self.broker_pid) if self.broker_pid else None
+        start = time.perf_counter()
+        proc = self._launch(cmd, log, env)
+        watch = self._watch(proc, slot, setup, start, log)
+        broker_after = _cpu_s(self.broker_pid) if self.broker_pid else None
+        if watch.exited is not None:
+            raise BenchError(f"cdcd exited {watch.exited.code} before reaching the end LSN:\n{_log_tail(log)}")
+        hwm = _vm_hwm_kib(proc.pid)
+        messages = self.count_messages(prefix)  # before SIGTERM: what Kafka held when the end LSN was confirmed
+        proc.send_signal(signal.SIGTERM)
+        exited = _wait_exit(proc, 60)
+        if exited is None:
+            _kill(proc)
+            raise BenchError(f"cdcd did not stop within 60 s of SIGTERM:\n{_log_tail(log)}")
+        if exited.code != 0:
+            raise BenchError(f"cdcd exited {exited.code} after SIGTERM:\n{_log_tail(log)}")
+        self.delete_topics(prefix)
+        label = f"cdcd {variant}" + (" (cProfile)" if profile is not None else "")
+        run = Run(label, round_no, slot, watch.seconds, watch.startup_s, watch.sent_s, exited.cpu_s,
+                  watch.walsender_cpu_s, max(hwm, self.peak_rss_kib(proc.pid)), self._slot_stats(slot),
+                  profiled=profile is not None)  # fmt: skip
+        expected = {"public.bench": setup.rows} | ({"transaction": 2 * workload.txns} if transaction_topic else {})
+        broker_cpu = None if broker_before is None or broker_after is None else broker_after - broker_before
+        return Result(workload.name, f"cdcd {variant}", run, broker_cpu, messages, expected)
+
+    # -- Kafka ------------------------------------------------------------------------------
+
+    def _topics(self, prefix: str) -> dict[str, list[int]]:
+        metadata = self.kafka.list_topics(timeout=30)
+        return {
+            name: list(topic.partitions) for name, topic in metadata.topics.items() if name.startswith(f"{prefix}.")
+        }
+
+    def count_messages(self, prefix: str) -> dict[str, int]:
+        """Messages per topic under ``prefix`` (the prefix and its dot removed): sum of high - low watermarks."""
+        consumer = Consumer({"bootstrap.servers": self.args.bootstrap_servers, "group.id": f"{prefix}-count",
+                             "enable.auto.commit": False})  # fmt: skip
+        counts: Counter[str] = Counter()
+        try:
+            for topic, partitions in self._topics(prefix).items():
+                for partition in partitions:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+                    counts[topic.removeprefix(f"{prefix}.")] += high - low
+        finally:
+            consumer.close()
+        return dict(counts)
+
+    def delete_topics(self, prefix: str) -> None:
+        """Delete the topics and the registry subjects under ``prefix``."""
+        topics = list(self._topics(prefix))
+        if topics:
+            for topic, future in self.kafka.delete_topics(topics, operation_timeout=30).items():
+                try:
+                    future.result(timeout=60)
+                except KafkaException as exc:
+                    raise BenchError(f"cannot delete topic {topic}: {exc}") from None
+        try:
+            subjects = [s for s in self.registry.get_subjects() if s.startswith(f"{prefix}.")]
+            for subject in subjects:
+                self.registry.delete_subject(subject)
+                with contextlib.suppress(Exception):  # some registries need the soft delete first, some refuse it
+                    self.registry.delete_subject(subject, permanent=True)
+        except Exception as exc:  # the client raises several error types; the subjects are small, warn only
+            print(f"kafka: warning: registry subjects under {prefix} not deleted: {exc}", file=sys.stderr)
+        self.prefixes.remove(prefix)
+
+    # -- cleanup ----------------------------------------------------------------------------
+
+    def cleanup(self) -> list[str]:
+        problems = super().cleanup()
+        for prefix in list(self.prefixes):
+            try:
+                self.delete_topics(prefix)
+            except (BenchError, KafkaException) as exc:
+                problems.append(f"cannot delete the topics under {prefix}: {exc}")
+        return problems
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=None, help="rows in the large transaction (default 1000000)")
+    parser.add_argument("--small-txns", type=int, default=None, help="small transactions (default 100000)")
+    parser.add_argument("--txn-rows", type=int, default=1, help="rows per small transaction (default 1)")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="rounds per workload, each on its own slots (default 2; --quick 1)"
+    )
+    parser.add_argument("--quick", action="store_true", help="100000 rows, 10000 small transactions, 1 round")
+    parser.add_argument(
+        "--workloads", default="large,small", help="comma-separated: large, small (default large,small)"
+    )
+    parser.add_argument(
+        "--variants",
+        default="tx,notx",
+        help="cdcd runs per round: tx (kafka.transaction_topic true), notx (false); default tx,notx",
+    )
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("CDCD_SOURCE__DSN", DEFAULT_DSN),
+        help="an existing database of the server (default: $CDCD_SOURCE__DSN, else the stack's PG 15)",
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("CDCD_KAFKA__BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP),
+        help=f"Kafka (default: $CDCD_KAFKA__BOOTSTRAP_SERVERS, else {DEFAULT_BOOTSTRAP})",
+    )
+    parser.add_argument(
+        "--registry",
+        default=os.environ.get("CDCD_SCHEMA_REGISTRY__URL", DEFAULT_REGISTRY),
+        help="schema registry URL (default: $CDCD_SCHEMA_REGISTRY__URL, else the stack's)",
+    )
+    parser.add_argument(
+        "--work-mem", default=None, help="logical_decoding_work_mem for both consumers, e.g. 64MB (default: server's)"
+    )
+    parser.add_argument("--memory-limit", default="64MiB", help="cdcd buffer.memory_limit (default 64MiB)")
+    parser.add_argument("--status-interval", type=float, default=0.1, help="cdcd status_interval_s (default 0.1)")
+    parser.add_argument("--pg-recvlogical", default=None, help="path (default: the server major's, or PATH)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per consumer run (default 600)")
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        const="/tmp/cdcd-kafka",
+        default=None,
+        metavar="PREFIX",
+        help="also run cdcd (tx) once per workload under cProfile; stats in PREFIX-<workload>.prof "
+        "(default PREFIX /tmp/cdcd-kafka)",
+    )
+    parser.add_argument("--keep-workdir", action="store_true", help="keep configs and logs (printed path)")
+    args = parser.parse_args(argv)
+    quick = {"rows": 100_000, "small_txns": 10_000, "repeat": 1}
+    full = {"rows": 1_000_000, "small_txns": 100_000, "repeat": 2}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not args.workloads or not set(args.workloads) <= set(WORKLOADS):
+        parser.error(f"--workloads: choose from {', '.join(WORKLOADS)}")
+    if not args.variants or not set(args.variants) <= set(VARIANTS):
+        parser.error(f"--variants: choose from {', '.join(VARIANTS)}")
+    if min(args.rows, args.small_txns, args.txn_rows, args.repeat) < 1:
+        parser.error("--rows, --small-txns, --txn-rows and --repeat must be >= 1")
+    return args
+
+
+def _describe(workload: Workload, args: argparse.Namespace) -> str:
+    setup = workload.setup
+    what = (
+        f"one transaction of {setup.rows:,} rows"
+        if workload.name == "large"
+        else f"{workload.txns:,} transactions of {args.txn_rows} row{'s' * (args.txn_rows > 1)} ({setup.rows:,} rows)"
+    )
+    return (f"workload {workload.name}: {what}, {setup.wal_bytes / 2**20:.0f} MiB of WAL, generated in "
+            f"{setup.insert_s:.1f} s; end LSN {format_lsn(setup.end_lsn)} ({setup.end_lsn_source})")  # fmt: skip
+
+
+def _count_text(result: Result) -> str:
+    if result.messages is None:
+        return ""
+    total = sum(result.messages.values())
+    return f"{total:,}" + ("" if result.messages == result.expected else " WRONG")
+
+
+def _report_workload(workload: Workload, results: list[Result], args: argparse.Namespace) -> None:
+    setup = workload.setup
+    print()
+    print(_describe(workload, args))
+    title = (f"{'consumer':<22} {'round':>5} {'seconds':>8} {'rows/s':>9} {'startup':>7} {'sent':>6} {'CPU s':>6} "
+             f"{'wsnd CPU':>8} {'Kafka CPU':>9} {'peak RSS':>8} {'messages':>10}")  # fmt: skip
+    print(title)
+    print("-" * len(title))
+    for result in results:
+        run = result.run
+        broker = "-" if result.label == "pg_recvlogical" else _fmt(result.broker_cpu_s)
+        print(f"{run.consumer:<22} {run.round:>5} {run.seconds:>8.2f} {setup.rows / run.seconds:>9,.0f} "
+              f"{_fmt(run.startup_s):>7} {_fmt(run.sent_s):>6} {run.cpu_s:>6.2f} {_fmt(run.walsender_cpu_s):>8} "
+              f"{broker:>9} {_mib(run.peak_rss_kib):>8} {_count_text(result):>10}")  # fmt: skip
+    for result in results:
+        if result.messages is not None and result.messages != result.expected:
+            print(f"  {result.run.consumer} round {result.run.round}: Kafka holds {result.messages}, "
+                  f"expected {result.expected}")  # fmt: skip
+
+
+def _summary(workload: Workload, results: list[Result], variants: list[str]) -> list[str]:
+    """One line per cdcd variant: best rows/s of both, the ratio (best and median), peak RSS of both."""
+    rows = workload.setup.rows
+    timed = [r for r in results if not r.run.profiled]
+    recv = [r.run for r in timed if r.label == "pg_recvlogical"]
+    if not recv:
+        return []
+    recv_best, recv_median = min(r.seconds for r in recv), statistics.median(r.seconds for r in recv)
+    recv_rss = max(r.peak_rss_kib for r in recv)
+    lines = []
+    for variant in variants:
+        mine = [r.run for r in timed if r.label == f"cdcd {variant}"]
+        if not mine:
+            continue
+        best, median = min(r.seconds for r in mine), statistics.median(r.seconds for r in mine)
+        ratio = recv_best / best
+        verdict = "met" if ratio >= TARGET_RATIO else "NOT met"
+        lines.append(
+            f"{workload.name:<6} {variant:<5} {rows / best:>11,.0f} {rows / recv_best:>15,.0f} {ratio:>6.2f} "
+            f"{recv_median / median:>7.2f} {_mib(max(r.peak_rss_kib for r in mine)):>9} {_mib(recv_rss):>9}  {verdict}"
+        )
+    return lines
+
+
+def _print_profile(path: Path, workload: str) -> None:
+    print(f"\ncdcd run ({workload}) under cProfile: top 20 functions by tottime ({path})")
+    stats = pstats.Stats(str(path), stream=sys.stdout)
+    stats.strip_dirs().sort_stats("tottime").print_stats(20)
+    print(f"cdcd run ({workload}) under cProfile: cdcd's functions by cumulative time")
+    stats = pstats.Stats(str(path), stream=sys.stdout)
+    stats.sort_stats("cumulative").print_stats(r"cdcd/(?!cli|__main__)", 25)
+
+
+def _print_header(bench: KafkaBench, args: argparse.Namespace) -> None:
+    try:
+        brokers = bench.kafka.list_topics(timeout=10).brokers
+    except KafkaException as exc:
+        raise BenchError(f"Kafka at {args.bootstrap_servers} does not answer: {exc}") from None
+    major = bench.admin.info.server_version // 10000
+    args.pg_recvlogical = _find_pg_recvlogical(args.pg_recvlogical, major)
+    recv_version = subprocess.run([args.pg_recvlogical, "--version"], capture_output=True, text=True, check=True)
+    work_mem = str(_scalar(bench.admin, "SHOW logical_decoding_work_mem"))
+    print(f"server: {_scalar(bench.admin, 'SELECT version()')}")
+    print(f"pg_recvlogical: {args.pg_recvlogical} ({recv_version.stdout.strip()}); cdcd: "
+          f"{' '.join(_cdcd_command())} run")  # fmt: skip
+    print(f"Kafka: {args.bootstrap_servers} ({len(brokers)} broker(s); broker pid "
+          f"{bench.broker_pid or 'not found: no Kafka CPU'}); registry: {args.registry}")  # fmt: skip
+    print("logical_decoding_work_mem: "
+          + (f"{args.work_mem} (set in both DSNs)" if args.work_mem else f"{work_mem} (server default)")
+          + f"; cdcd: buffer.memory_limit {args.memory_limit}, status_interval_s {args.status_interval}, "
+          f"variants {', '.join(args.variants)}; machine: {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
+
+
+def _run_workload(bench: KafkaBench, name: str, args: argparse.Namespace) -> tuple[Workload, list[Result], Path | None]:
+    """Slots, the workload, then per round pg_recvlogical and each cdcd variant; plus the profiled run."""
+    suffix = bench.database.removeprefix("bench_")
+    rounds = [
+        (f"bk_{suffix}_{name}_recv_{i}", [(v, f"bk_{suffix}_{name}_{v}_{i}") for v in args.variants])
+        for i in range(1, args.repeat + 1)
+    ]
+    profile_slot = f"bk_{suffix}_{name}_prof" if args.profile else None
+    slots = [s for recv, cdcd in rounds for s in [recv] + [slot for _, slot in cdcd]]
+    slots += [profile_slot] if profile_slot else []
+    print(f"{name}: {len(slots)} slots, generating ...", flush=True)
+    workload = bench.generate(name, slots)
+    print(f"{name}: generated in {workload.setup.insert_s:.1f} s", flush=True)
+    results: list[Result] = []
+    for round_no, (recv_slot, cdcd_slots) in enumerate(rounds, start=1):
+        results.append(bench.run_recv(workload, recv_slot, round_no))
+        bench.drop_slot(recv_slot)
+        print(f"{name} round {round_no}: pg_recvlogical {results[-1].run.seconds:.2f} s", flush=True)
+        for variant, slot in cdcd_slots:
+            results.append(bench.run_cdcd_kafka(workload, variant, slot, round_no))
+            bench.drop_slot(slot)
+            print(f"{name} round {round_no}: cdcd {variant} {results[-1].run.seconds:.2f} s", flush=True)
+    profile = None
+    if args.profile and profile_slot:
+        profile = Path(f"{args.profile}-{name}.prof")
+        print(f"{name}: profiled cdcd run ...", flush=True)
+        results.append(bench.run_cdcd_kafka(workload, args.variants[0], profile_slot, 0, profile=profile))
+        bench.drop_slot(profile_slot)
+    return workload, results, profile
+
+
+def _print_summary(summary: list[str]) -> None:
+    print()
+    print("rows/s: best round; ratio = cdcd rows/s / pg_recvlogical rows/s (best, and of the medians); "
+          "seconds: launch until pg_recvlogical exited at --endpos / cdcd's slot confirmed the end LSN "
+          "(all messages acknowledged by Kafka)")  # fmt: skip
+    print("startup: until the slot is active; sent: until the walsender's sent_lsn reached the end; CPU s: the "
+          "consumer's; wsnd / Kafka CPU: the walsender's and the broker's during the run (sampled, approximate); "
+          "messages: in Kafka under the run's topic prefix when the end was confirmed")  # fmt: skip
+    print()
+    head = (f"{'workload':<6} {'cdcd':<5} {'cdcd rows/s':>11} {'pg_recv rows/s':>15} {'ratio':>6} {'(median)':>7} "
+            f"{'cdcd RSS':>9} {'recv RSS':>9}  target >= {TARGET_RATIO}")  # fmt: skip
+    print(head)
+    print("-" * len(head))
+    for line in summary:
+        print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    try:
+        admin = _connect(args.dsn)
+    except psycopg.OperationalError as exc:
+        print(f"kafka: cannot connect to {_safe_dsn(args.dsn)}: {exc}", file=sys.stderr)
+        return 1
+    workdir = Path(tempfile.mkdtemp(prefix="cdcd-bench-kafka-"))
+    bench = KafkaBench(args, admin, workdir)
+    failed = False
+    summary: list[str] = []
+    profiles: list[tuple[Path, str]] = []
+    try:
+        _print_header(bench, args)
+        print(f"creating database {bench.database} ...", flush=True)
+        bench.create_database()
+        for name in args.workloads:
+            workload, results, profile = _run_workload(bench, name, args)
+            _report_workload(workload, results, args)
+            summary += _summary(workload, results, args.variants)
+            profiles += [(profile, name)] if profile else []
+            failed = failed or any(r.messages is not None and r.messages != r.expected for r in results)
+        _print_summary(summary)
+        for path, name in profiles:
+            _print_profile(path, name)
+        if failed:
+            print("kafka: FAILED: a message count in Kafka is wrong (see above)", file=sys.stderr)
+    except (BenchError, psycopg.Error, OSError, subprocess.CalledProcessError, KafkaException) as exc:
+        print(f"kafka: FAILED: {exc}", file=sys.stderr)
+        failed = True
+    finally:
+        for problem in bench.cleanup():
+            print(f"kafka: cleanup: {problem}", file=sys.stderr)
+            failed = True
+        admin.close()
+        if args.keep_workdir or failed:
+            print(f"kafka: configs and logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
