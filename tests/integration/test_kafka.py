@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -75,12 +76,13 @@ class Run:
         self.consumer = self._new_consumer()
         self.events = []
 
-    def start(self) -> Run:
+    def start(self, **kafka: Any) -> Run:
         config = {
             "source": {"dsn": self.db.dsn(self.db.server.streaming_options), "slot": self.slot,
                        "publications": [{"name": "cdcd_pub"}], "status_interval_s": 0.3},
             "sink": {"kind": "kafka", "flush_timeout_s": 20},
-            "kafka": {"bootstrap_servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], "topic_prefix": self.prefix},
+            "kafka": {"bootstrap_servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], "topic_prefix": self.prefix,
+                      **kafka},
             "schema_registry": {"url": self.env["CDCD_SCHEMA_REGISTRY__URL"]},
             "buffer": {"spill_dir": str(self.tmp_path / "spill"), "memory_limit": "256KiB"},
             "log": {"format": "json"},
@@ -358,4 +360,28 @@ def test_alter_table_registers_a_new_schema_version_before_its_first_event(run: 
     ]
     registry = SchemaRegistryClient({"url": run.env["CDCD_SCHEMA_REGISTRY__URL"]})
     assert registry.get_versions(f"{topic}-value") == [1, 2, 3]
+    assert run.stop() == 0
+
+
+def test_a_delivery_error_stops_the_daemon_and_the_transaction_is_not_lost(run: Run, db: Database) -> None:
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, v text); CREATE PUBLICATION cdcd_pub FOR TABLE items")
+    run.start(topic_config={"max.message.bytes": "2000"}, transaction_topic=False)
+    db.execute("INSERT INTO items VALUES (1, 'fits')")
+    # 32 kB of random hex: larger than the topic accepts even after lz4 compression
+    db.execute("INSERT INTO items SELECT 2, string_agg(md5(random()::text), '') FROM generate_series(1, 1000)")
+    assert run.proc is not None
+    assert run.proc.wait(timeout=60) == 1
+    log = run.log.read_text()
+    assert "sink failed; stopping" in log
+    assert f"delivery to {run.prefix}.public.items failed: Broker: Message size too large" in log
+    # Let the topic take it and restart: the slot still holds the failed transaction.
+    topic = f"{run.prefix}.public.items"
+    admin = AdminClient({"bootstrap.servers": run.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]})
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", "1048576", incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+    run.start(topic_config={"max.message.bytes": "2000"}, transaction_topic=False)
+    events = run.consume_until(lambda ev: any(e.value and e.value["after"]["id"] == 2 for e in ev if e.topic == topic))
+    assert len(next(e.value["after"]["v"] for e in events if e.value and e.value["after"]["id"] == 2)) == 32_000
     assert run.stop() == 0
