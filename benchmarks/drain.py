@@ -538,15 +538,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"drain: FAILED: {exc}", file=sys.stderr)
         failed = True
     finally:
-        for problem in bench.cleanup():
-            print(f"drain: cleanup: {problem}", file=sys.stderr)
-            failed = True
-        admin.close()
-        if args.keep_workdir or failed:
-            print(f"drain: configs and logs kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        failed = finish(bench, admin, workdir, "drain", failed=failed, keep=args.keep_workdir)
     return 1 if failed else 0
+
+
+def finish(bench: Bench, admin: psycopg.Connection[Any], workdir: Path, name: str, *, failed: bool, keep: bool) -> bool:
+    """Drop what the run created; keep its configs and logs when asked or when it failed. Returns ``failed``."""
+    for problem in bench.cleanup():
+        print(f"{name}: cleanup: {problem}", file=sys.stderr)
+        failed = True
+    admin.close()
+    if keep or failed:
+        print(f"{name}: configs and logs kept in {workdir}", file=sys.stderr)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return failed
 
 
 if __name__ == "__main__":

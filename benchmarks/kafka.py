@@ -49,7 +49,6 @@ import argparse
 import contextlib
 import os
 import pstats
-import shutil
 import signal
 import statistics
 import subprocess
@@ -88,6 +87,7 @@ from drain import (
     _scalar,
     _vm_hwm_kib,
     _wait_exit,
+    finish,
 )
 from psycopg import sql
 
@@ -604,14 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafka: FAILED: {exc}", file=sys.stderr)
         failed = True
     finally:
-        for problem in bench.cleanup():
-            print(f"kafka: cleanup: {problem}", file=sys.stderr)
-            failed = True
-        admin.close()
-        if args.keep_workdir or failed:
-            print(f"kafka: configs and logs kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        failed = finish(bench, admin, workdir, "kafka", failed=failed, keep=args.keep_workdir)
     return 1 if failed else 0
 
 
