@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import Database, Tail
+from tests.integration.conftest import STACK, Database, Tail, stack_env
 
 pytestmark = pytest.mark.integration
 
@@ -139,3 +139,26 @@ def test_run_streams_to_the_configured_sink_and_stops_on_sigterm(db: Database, t
     assert [json.loads(line)["after"] for line in sink.read_text().splitlines()] == [
         {"id": str(i)} for i in range(1, 6)
     ]
+
+
+def test_check_covers_kafka_and_the_registry(db: Database, tmp_path: Path) -> None:
+    db.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t")
+    for component in ("kafka", "registry"):
+        subprocess.run([str(STACK), "up", component], check=True)
+    env = stack_env("15")
+    source = {"dsn": db.dsn(), "slot": f"s_{db.name}", "publications": [{"name": "p"}]}
+    good = {
+        "source": source,
+        "sink": {"kind": "kafka"},
+        "kafka": {"bootstrap_servers": env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]},
+        "schema_registry": {"url": env["CDCD_SCHEMA_REGISTRY__URL"]},
+    }
+    result = run_cdcd("check", config=good, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "kafka sink are ready" in result.stdout
+    bad = {**good, "kafka": {"bootstrap_servers": "127.0.0.1:1"}, "schema_registry": {"url": "http://127.0.0.1:2"}}
+    result = run_cdcd("check", config=bad, tmp_path=tmp_path)
+    assert result.returncode == 1
+    assert "2 problem(s)" in result.stderr
+    assert "cannot reach Kafka at 127.0.0.1:1" in result.stderr
+    assert "schema registry at http://127.0.0.1:2 does not answer" in result.stderr
