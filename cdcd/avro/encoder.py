@@ -283,6 +283,8 @@ class EnvelopeEncoder:
         diagnose = self._diagnose
         # encoded parts of the last SourceInfo seen: [source, head (version..db), seq prefix, txId, tail]
         cache: list[Any] = [None, b"", "", b"", b""]
+        # per-transaction values, encoded once while they repeat: [ts_us, its ts_ms + ts_us, txn id, its bytes]
+        repeat: list[Any] = [None, b"", None, b""]
 
         def nullable_long(x: int | None) -> bytes:
             return b"\x00" if x is None else b"\x02" + varint((x << 1) ^ (x >> 63))
@@ -355,12 +357,17 @@ class EnvelopeEncoder:
             if ts_us is None:
                 a(b"\x00\x00")
             else:
-                a(b"\x02" + varint(((ts_us // 1000) << 1) ^ (ts_us >> 63)))
-                a(b"\x02" + varint((ts_us << 1) ^ (ts_us >> 63)))
+                if ts_us != repeat[0]:
+                    repeat[0] = ts_us
+                    repeat[1] = b"\x02" + write_long(ts_us // 1000) + b"\x02" + write_long(ts_us)
+                a(repeat[1])
             if transaction is None:
                 a(b"\x00")
             else:
-                a(b"\x02" + write_string(transaction.id))
+                if transaction.id != repeat[2]:
+                    repeat[2] = transaction.id
+                    repeat[3] = b"\x02" + write_string(transaction.id)
+                a(repeat[3])
                 a(write_long(transaction.total_order))
                 a(write_long(transaction.data_collection_order))
             if toast:
