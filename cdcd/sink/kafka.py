@@ -161,7 +161,9 @@ class KafkaSink:
             last_commit_lsn=self._last_commit_lsn,
             origin=txn.origin,
         )
-        if self.settings.transaction_topic:
+        # Like Debezium, no BEGIN/END for a transaction without events (PostgreSQL 14 sends those; 15+ skips them).
+        metadata = self.settings.transaction_topic and txn.change_count > 0
+        if metadata:
             self._metadata(TransactionEvent("BEGIN", ctx.txn_id, now_us // 1000), ctx)
         for change in txn.changes():
             if isinstance(change, RowChange):
@@ -174,7 +176,7 @@ class KafkaSink:
                     self._produce(table.topic, None, table.value_header + value, ctx)
             else:
                 self._message(change, source, ctx)
-        if self.settings.transaction_topic:
+        if metadata:
             counts = ctx.counts
             end = TransactionEvent(
                 "END", ctx.txn_id, now_us // 1000, sum(counts.values()), tuple(sorted(counts.items()))
