@@ -177,10 +177,7 @@ class KafkaSink:
             else:
                 self._message(change, source, ctx)
         if metadata:
-            counts = ctx.counts
-            end = TransactionEvent(
-                "END", ctx.txn_id, now_us // 1000, sum(counts.values()), tuple(sorted(counts.items()))
-            )
+            end = TransactionEvent("END", ctx.txn_id, now_us // 1000, ctx.total, tuple(sorted(ctx.counts.items())))
             self._metadata(end, ctx)
         self._last_commit_lsn = txn.commit_lsn
         progress.seal(ctx.entry)

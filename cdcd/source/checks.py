@@ -7,13 +7,13 @@ from typing import Any
 import psycopg
 
 from cdcd.config import SourceSettings
-from cdcd.source.walsender import SourceDisconnected, _connect
+from cdcd.source.walsender import SourceDisconnected, connect
 
 
 def check_source(settings: SourceSettings) -> list[str]:
     """Return every problem found (empty when the source is ready)."""
     try:
-        conn = _connect(settings.dsn.get_secret_value())
+        conn = connect(settings.dsn.get_secret_value())
     except SourceDisconnected as exc:
         return [str(exc)]
     with conn:

@@ -57,7 +57,8 @@ SESSION_SETTINGS = (
 )
 
 
-def _connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
+def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A connection with the pinned session settings; connection failures become SourceDisconnected."""
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
@@ -98,7 +99,7 @@ class Walsender:
 
     def start(self, start_lsn: int) -> SessionInfo:
         """Connect, ensure publications and slot, and enter COPY BOTH at ``start_lsn`` (0: the slot's position)."""
-        self._admin = admin = _connect(self._dsn)
+        self._admin = admin = connect(self._dsn)
         server_version = admin.info.server_version
         server_encoding = admin.info.parameter_status("server_encoding") or "UTF8"
         encoding = _PY_ENCODINGS.get(server_encoding)
@@ -107,7 +108,7 @@ class Walsender:
         if self.settings.manage_publications:
             ensure_publications(admin, self.settings.publications)
         self._require_publications(admin)
-        self._repl = _connect(self._dsn, replication="database")
+        self._repl = connect(self._dsn, replication="database")
         system = self._command("IDENTIFY_SYSTEM")
         slot_created = self._ensure_slot(admin, server_version)
         proto = self.settings.protocol_version
