@@ -200,12 +200,17 @@ class Bench:
 
     # -- setup ------------------------------------------------------------------------------
 
-    def prepare(self, slot_names: list[str]) -> Setup:
+    def create_scratch(self) -> psycopg.Connection[Any]:
+        """Create the scratch database with the benchmark table and publication; return a connection to it."""
         self.admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
         self.db_created = True
-        with _connect(self.scratch_dsn) as conn:
-            conn.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, v text NOT NULL, n int, ts timestamptz)")
-            conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {TABLE}")
+        conn = _connect(self.scratch_dsn)
+        conn.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, v text NOT NULL, n int, ts timestamptz)")
+        conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {TABLE}")
+        return conn
+
+    def prepare(self, slot_names: list[str]) -> Setup:
+        with self.create_scratch() as conn:
             walinspect = self._walinspect(conn)
             for slot in slot_names:  # before the insert: every slot sees the same WAL
                 conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
@@ -341,7 +346,11 @@ class Bench:
         return Run("pg_recvlogical", round_no, slot, seconds, watch.startup_s, watch.sent_s or seconds, exited.cpu_s,
                    watch.walsender_cpu_s, exited.maxrss_kib, self._slot_stats(slot))  # fmt: skip
 
-    def run_cdcd(self, setup: Setup, slot: str, round_no: int, profile: Path | None = None) -> Run:
+    def cdcd_command(
+        self, setup: Setup, slot: str, args: list[str], profile: Path | None, **sections: Any
+    ) -> list[str]:
+        """Write the slot's cdcd config (the common source/buffer/log sections plus ``sections``) and return the
+        command ``cdcd <args> --config <it>``, under cProfile when ``profile`` is given."""
         config = {
             "source": {
                 "dsn": setup.dsn,
@@ -355,13 +364,29 @@ class Bench:
             },
             "buffer": {"memory_limit": self.args.memory_limit, "spill_dir": str(self.workdir / f"spill-{slot}")},
             "log": {"level": "info", "format": "json"},
+            **sections,
         }
         config_path = self.workdir / f"{slot}.yaml"
         config_path.write_text(yaml.safe_dump(config))
-        tail = ["tail", "--config", str(config_path), "--output", "/dev/null"]
-        cmd = _cdcd_command() + tail
+        cdcd_args = [args[0], "--config", str(config_path), *args[1:]]
         if profile is not None:
-            cmd = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "cdcd", *tail]
+            return [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "cdcd", *cdcd_args]
+        return _cdcd_command() + cdcd_args
+
+    @staticmethod
+    def stop_cdcd(proc: subprocess.Popen[bytes], log: Path) -> Exit:
+        """SIGTERM, which must end cdcd with exit 0 within 60 s."""
+        proc.send_signal(signal.SIGTERM)
+        exited = _wait_exit(proc, 60)
+        if exited is None:
+            _kill(proc)
+            raise BenchError(f"cdcd did not stop within 60 s of SIGTERM:\n{_log_tail(log)}")
+        if exited.code != 0:
+            raise BenchError(f"cdcd exited {exited.code} after SIGTERM:\n{_log_tail(log)}")
+        return exited
+
+    def run_cdcd(self, setup: Setup, slot: str, round_no: int, profile: Path | None = None) -> Run:
+        cmd = self.cdcd_command(setup, slot, ["tail", "--output", "/dev/null"], profile)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
         log = self.workdir / f"{slot}.log"
         start = time.perf_counter()
@@ -370,13 +395,7 @@ class Bench:
         if watch.exited is not None:
             raise BenchError(f"cdcd exited {watch.exited.code} before reaching the end LSN:\n{_log_tail(log)}")
         hwm = _vm_hwm_kib(proc.pid)
-        proc.send_signal(signal.SIGTERM)
-        exited = _wait_exit(proc, 60)
-        if exited is None:
-            _kill(proc)
-            raise BenchError(f"cdcd did not stop within 60 s of SIGTERM:\n{_log_tail(log)}")
-        if exited.code != 0:
-            raise BenchError(f"cdcd exited {exited.code} after SIGTERM:\n{_log_tail(log)}")
+        exited = self.stop_cdcd(proc, log)
         return Run("cdcd", round_no, slot, watch.seconds, watch.startup_s, watch.sent_s, exited.cpu_s,
                    watch.walsender_cpu_s, max(hwm, exited.maxrss_kib), self._slot_stats(slot),
                    profiled=profile is not None)  # fmt: skip
@@ -402,10 +421,8 @@ class Bench:
         return problems
 
 
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000, help="rows in the one transaction (default 1000000)")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds, each on its own slots (default 3)")
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """The options every cdcd-vs-pg_recvlogical benchmark takes."""
     parser.add_argument(
         "--dsn",
         default=os.environ.get("CDCD_SOURCE__DSN", DEFAULT_DSN),
@@ -418,13 +435,20 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--status-interval", type=float, default=0.1, help="cdcd status_interval_s (default 0.1)")
     parser.add_argument("--pg-recvlogical", default=None, help="path (default: the server major's, or PATH)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per consumer run (default 600)")
+    parser.add_argument("--keep-workdir", action="store_true", help="keep configs and logs (printed path)")
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows in the one transaction (default 1000000)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds, each on its own slots (default 3)")
+    add_common_args(parser)
     parser.add_argument(
         "--profile",
         type=Path,
         default=None,
         help="also run cdcd once under cProfile, write its stats here",
     )
-    parser.add_argument("--keep-workdir", action="store_true", help="keep configs and logs (printed path)")
     args = parser.parse_args(argv)
     if args.rows < 1 or args.repeat < 1:
         parser.error("--rows and --repeat must be >= 1")

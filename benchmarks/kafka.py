@@ -49,7 +49,6 @@ import argparse
 import contextlib
 import os
 import pstats
-import signal
 import statistics
 import subprocess
 import sys
@@ -62,14 +61,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import yaml
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from drain import (
-    DEFAULT_DSN,
     POLL_S,
-    PUBLICATION,
     TABLE,
     Bench,
     BenchError,
@@ -80,13 +76,12 @@ from drain import (
     _cpu_s,
     _find_pg_recvlogical,
     _fmt,
-    _kill,
     _log_tail,
     _mib,
     _safe_dsn,
     _scalar,
     _vm_hwm_kib,
-    _wait_exit,
+    add_common_args,
     finish,
 )
 from psycopg import sql
@@ -188,11 +183,7 @@ class KafkaBench(Bench):
     # -- setup ------------------------------------------------------------------------------
 
     def create_database(self) -> None:
-        self.admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
-        self.db_created = True
-        with _connect(self.scratch_dsn) as conn:
-            conn.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, v text NOT NULL, n int, ts timestamptz)")
-            conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {TABLE}")
+        with self.create_scratch() as conn:
             conn.execute(SMALL_PROCEDURE)
             self.walinspect = self._walinspect(conn)
             self.proto = protocol_version_for(conn.info.server_version)
@@ -260,33 +251,16 @@ class KafkaBench(Bench):
         prefix = f"cdcdbench-{self.database.removeprefix('bench_')}-{workload.name}-{variant}-{round_no}"
         self.prefixes.append(prefix)
         transaction_topic = VARIANTS[variant]
-        config = {
-            "source": {
-                "dsn": setup.dsn,
-                "slot": slot,
-                "create_slot": False,
-                "publications": [{"name": PUBLICATION, "tables": [{"name": f"public.{TABLE}"}]}],
-                "protocol_version": setup.proto,
-                "streaming": "on",
-                "status_interval_s": args.status_interval,
-                "reconnect": {"max_attempts": 1},
-            },
-            "buffer": {"memory_limit": args.memory_limit, "spill_dir": str(self.workdir / f"spill-{slot}")},
-            "sink": {"kind": "kafka"},
-            "kafka": {
-                "bootstrap_servers": args.bootstrap_servers,
-                "topic_prefix": prefix,
-                "transaction_topic": transaction_topic,
-            },
-            "schema_registry": {"url": args.registry},
-            "log": {"level": "info", "format": "json"},
-        }
-        config_path = self.workdir / f"{slot}.yaml"
-        config_path.write_text(yaml.safe_dump(config))
-        cdcd_args = ["run", "--config", str(config_path)]
-        cmd = _cdcd_command() + cdcd_args
-        if profile is not None:
-            cmd = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "cdcd", *cdcd_args]
+        cmd = self.cdcd_command(
+            setup,
+            slot,
+            ["run"],
+            profile,
+            sink={"kind": "kafka"},
+            kafka={"bootstrap_servers": args.bootstrap_servers, "topic_prefix": prefix,
+                   "transaction_topic": transaction_topic},
+            schema_registry={"url": args.registry},
+        )  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
         log = self.workdir / f"{slot}.log"
         broker_before = _cpu_s(self.broker_pid) if self.broker_pid else None
@@ -298,13 +272,7 @@ class KafkaBench(Bench):
             raise BenchError(f"cdcd exited {watch.exited.code} before reaching the end LSN:\n{_log_tail(log)}")
         hwm = _vm_hwm_kib(proc.pid)
         messages = self.count_messages(prefix)  # before SIGTERM: what Kafka held when the end LSN was confirmed
-        proc.send_signal(signal.SIGTERM)
-        exited = _wait_exit(proc, 60)
-        if exited is None:
-            _kill(proc)
-            raise BenchError(f"cdcd did not stop within 60 s of SIGTERM:\n{_log_tail(log)}")
-        if exited.code != 0:
-            raise BenchError(f"cdcd exited {exited.code} after SIGTERM:\n{_log_tail(log)}")
+        exited = self.stop_cdcd(proc, log)
         self.delete_topics(prefix)
         label = f"cdcd {variant}" + (" (cProfile)" if profile is not None else "")
         run = Run(label, round_no, slot, watch.seconds, watch.startup_s, watch.sent_s, exited.cpu_s,
@@ -384,11 +352,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="tx,notx",
         help="cdcd runs per round: tx (kafka.transaction_topic true), notx (false); default tx,notx",
     )
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get("CDCD_SOURCE__DSN", DEFAULT_DSN),
-        help="an existing database of the server (default: $CDCD_SOURCE__DSN, else the stack's PG 15)",
-    )
+    add_common_args(parser)
     parser.add_argument(
         "--bootstrap-servers",
         default=os.environ.get("CDCD_KAFKA__BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP),
@@ -400,13 +364,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="schema registry URL (default: $CDCD_SCHEMA_REGISTRY__URL, else the stack's)",
     )
     parser.add_argument(
-        "--work-mem", default=None, help="logical_decoding_work_mem for both consumers, e.g. 64MB (default: server's)"
-    )
-    parser.add_argument("--memory-limit", default="64MiB", help="cdcd buffer.memory_limit (default 64MiB)")
-    parser.add_argument("--status-interval", type=float, default=0.1, help="cdcd status_interval_s (default 0.1)")
-    parser.add_argument("--pg-recvlogical", default=None, help="path (default: the server major's, or PATH)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per consumer run (default 600)")
-    parser.add_argument(
         "--profile",
         nargs="?",
         const="/tmp/cdcd-kafka",
@@ -415,7 +372,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also run cdcd (tx) once per workload under cProfile; stats in PREFIX-<workload>.prof "
         "(default PREFIX /tmp/cdcd-kafka)",
     )
-    parser.add_argument("--keep-workdir", action="store_true", help="keep configs and logs (printed path)")
     args = parser.parse_args(argv)
     quick = {"rows": 100_000, "small_txns": 10_000, "repeat": 1}
     full = {"rows": 1_000_000, "small_txns": 100_000, "repeat": 2}
