@@ -120,5 +120,7 @@ def _stream(settings: Settings, output: str | None) -> int:
     finally:
         if opened is not None:
             opened.close()
-    log.info("stopped", flushed_lsn=format_lsn(pipeline.progress.flushed_lsn), transactions=pipeline.stats.transactions)
+    stats = pipeline.stats
+    log.info("stopped", flushed_lsn=format_lsn(pipeline.progress.flushed_lsn), transactions=stats.transactions,
+             changes=stats.changes, reconnects=stats.reconnects)  # fmt: skip
     return EXIT_OK

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 import structlog
@@ -39,7 +39,6 @@ class Stats:
     transactions: int = 0
     changes: int = 0
     reconnects: int = 0
-    started: float = field(default_factory=time.monotonic)
 
 
 class Pipeline:

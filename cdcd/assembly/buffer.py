@@ -89,10 +89,6 @@ class ChangeBuffer:
         self._relations: list[Relation] = []
         self._relation_index: dict[int, int] = {}  # id(Relation) -> index in _relations
 
-    @property
-    def spill_path(self) -> Path | None:
-        return self._path
-
     def append(self, change: Change) -> None:
         """Add a change; its ``xid`` (set inside streamed blocks) is the subtransaction that made it."""
         subxid = change.xid

@@ -14,6 +14,9 @@ from cdcd.assembly import Transaction
 from cdcd.pgoutput.messages import LogicalMessage, Type
 from cdcd.progress import Progress
 
+# Debezium's op codes for row changes; truncate is "t", a logical decoding message "m".
+OP_CODES = {"insert": "c", "update": "u", "delete": "d"}
+
 
 class SinkFailure(RuntimeError):
     """The sink lost or refused data (e.g. a Kafka delivery error): the daemon must stop."""

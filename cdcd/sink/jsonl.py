@@ -16,10 +16,9 @@ from cdcd.assembly import Transaction
 from cdcd.lsn import format_lsn
 from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Value
 from cdcd.progress import Progress
-from cdcd.sink import SessionContext
+from cdcd.sink import OP_CODES, SessionContext
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring
-_OPS = {"insert": "c", "update": "u", "delete": "d"}
 
 RowWriter = Callable[[Row | None, bool], tuple[str, list[str]]]
 
@@ -68,7 +67,7 @@ class JsonLinesSink:
         cached = self._writers.get(relation.relation_id)
         if cached is None or cached[0] is not relation:
             where = f'"schema":{_quote(relation.schema)},"table":{_quote(relation.name)}'
-            heads = {op: f'{{"op":"{code}",{where},"before":' for op, code in _OPS.items()}
+            heads = {op: f'{{"op":"{code}",{where},"before":' for op, code in OP_CODES.items()}
             cached = self._writers[relation.relation_id] = (relation, _row_writer(relation), heads)
         return cached
 

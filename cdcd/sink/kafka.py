@@ -43,7 +43,7 @@ from cdcd.logging import library_logger
 from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage, Relation, RowChange, Truncate, Type
 from cdcd.progress import Entry, Progress
-from cdcd.sink import SessionContext, SinkFailure
+from cdcd.sink import OP_CODES, SessionContext, SinkFailure
 
 log = structlog.get_logger("cdcd.sink.kafka")
 
@@ -67,9 +67,6 @@ class _Table:
         self.topic = topic
         self.key_header = None if key_id is None else _WIRE_HEADER.pack(0, key_id)
         self.value_header = _WIRE_HEADER.pack(0, value_id)
-
-
-_OPS = {"insert": "c", "update": "u", "delete": "d"}
 
 
 def _key_changed(change: RowChange) -> bool:
@@ -209,7 +206,7 @@ class KafkaSink:
             self._row(delete, source, ctx)
             old, op = None, "c"
         else:
-            op = _OPS[change.op]
+            op = OP_CODES[change.op]
         key_row = new if new is not None else old
         key = (
             None
