@@ -21,6 +21,7 @@ import structlog
 from cdcd import __version__
 from cdcd.assembly import AssemblyError
 from cdcd.config import ConfigError, Settings, load_settings
+from cdcd.filters import FilterFailure
 from cdcd.logging import configure
 from cdcd.lsn import format_lsn
 from cdcd.pgoutput import DecodeError
@@ -65,16 +66,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(settings: Settings) -> int:
-    problems = check_source(settings.source)
+    findings = check_source(settings.source)
+    problems = findings.config_errors + findings.problems
     if settings.sink.kind == "kafka":
         from cdcd.sink.kafka import check_kafka  # noqa: PLC0415 - loaded only when used: a 0.2 s import
 
         problems += check_kafka(settings.kafka, settings.schema_registry)
+    for warning in findings.warnings:
+        print(f"cdcd check: warning: {warning}", file=sys.stderr)
     if problems:
         print(f"cdcd check: {len(problems)} problem(s):", file=sys.stderr)
         for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
-        return EXIT_FAILURE
+        return EXIT_CONFIG if findings.config_errors else EXIT_FAILURE
     print(f"cdcd check: configuration, source database and {settings.sink.kind} sink are ready")
     return EXIT_OK
 
@@ -107,6 +111,12 @@ def _stream(settings: Settings, output: str | None) -> int:
     log = structlog.get_logger("cdcd")
     try:
         pipeline.run()
+    except ConfigError as exc:
+        log.error("configuration does not fit the source database", error=str(exc))
+        return EXIT_CONFIG
+    except FilterFailure as exc:
+        log.error("row filter failed; stopping", error=str(exc), flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))
+        return EXIT_FAILURE
     except (DecodeError, AssemblyError) as exc:
         log.error("cannot decode the replication stream", error=str(exc),
                   flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))  # fmt: skip

@@ -38,26 +38,70 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+PublishOp = Literal["insert", "update", "delete", "truncate"]
+ALL_OPS: tuple[PublishOp, ...] = ("insert", "update", "delete", "truncate")
+
+
+def _qualified_name(value: str) -> str:
+    if value.count(".") != 1 or not all(value.split(".")):
+        raise ValueError(f"table name must be schema.table, got {value!r}")
+    return value
+
+
 class TableRef(_Section):
     name: str = Field(description="schema-qualified table name, e.g. public.orders")
+    where: str | None = Field(None, description="row filter: a PostgreSQL boolean expression over the columns")
 
-    @field_validator("name")
+    _name = field_validator("name")(_qualified_name)
+
+    @field_validator("where")
     @classmethod
-    def _qualified(cls, value: str) -> str:
-        if value.count(".") != 1 or not all(value.split(".")):
-            raise ValueError(f"table name must be schema.table, got {value!r}")
+    def _filter(cls, value: str | None) -> str | None:
+        if value is not None:
+            from cdcd.filters.expr import parse_filter  # noqa: PLC0415 - pglast loads only when filters are used
+
+            parse_filter(value)  # FilterError is a ValueError: reported with the key that holds it
         return value
+
+    @property
+    def schema_table(self) -> tuple[str, str]:
+        schema, table = self.name.split(".")
+        return schema, table
 
 
 class Publication(_Section):
     name: str
-    tables: list[TableRef] = Field(default_factory=list)
-    all_tables: bool = False
+    tables: list[TableRef] = Field(default_factory=list, description="FOR TABLE ..., each with an optional row filter")
+    schemas: list[str] = Field(default_factory=list, description="FOR TABLES IN SCHEMA ... (no row filters)")
+    all_tables: bool = Field(False, description="FOR ALL TABLES (no row filters)")
+    publish: list[PublishOp] = Field(default_factory=lambda: list(ALL_OPS))
+    publish_via_partition_root: bool = False
+
+    @property
+    def defined(self) -> bool:
+        """False for a bare name: the publication exists on the server and cdcd reads its definition there."""
+        return self.all_tables or bool(self.tables or self.schemas)
 
     @model_validator(mode="after")
-    def _one_kind(self) -> Publication:
-        if self.all_tables and self.tables:
-            raise ValueError(f"publication {self.name!r}: all_tables and tables are mutually exclusive")
+    def _consistent(self) -> Publication:
+        where = [t.name for t in self.tables if t.where is not None]
+        if self.all_tables and where:
+            raise ValueError(
+                f"publication {self.name!r}: row filters are not allowed on a FOR ALL TABLES publication"
+                f" (filtered: {', '.join(where)}); list the tables instead"
+            )
+        if self.all_tables and (self.tables or self.schemas):
+            raise ValueError(f"publication {self.name!r}: all_tables and tables/schemas are mutually exclusive")
+        names = [t.name for t in self.tables]
+        if len(set(names)) != len(names):
+            raise ValueError(f"publication {self.name!r}: a table is listed twice in {names}")
+        in_schema = [t.name for t in self.tables if t.schema_table[0] in self.schemas]
+        if in_schema:
+            raise ValueError(
+                f"publication {self.name!r}: {', '.join(in_schema)} already belong to its schemas {self.schemas}"
+            )
+        if not self.publish or len(set(self.publish)) != len(self.publish):
+            raise ValueError(f"publication {self.name!r}: publish must list distinct operations, got {self.publish}")
         return self
 
 
@@ -73,7 +117,9 @@ class SourceSettings(_Section):
     create_slot: bool = True
     temporary_slot: bool = False
     publications: list[Publication] = Field(default_factory=lambda: [Publication(name="cdcd", all_tables=True)])
-    manage_publications: bool = Field(False, description="create missing publications from this config")
+    manage_publications: bool = Field(
+        False, description="create the publications, or alter them to match this config (before streaming starts)"
+    )
     protocol_version: int | Literal["auto"] = "auto"
     streaming: Literal["off", "on", "parallel"] = "on"
     messages: bool = True
@@ -141,6 +187,17 @@ class SchemaRegistrySettings(_Section):
     url: str = "http://127.0.0.1:8081"
 
 
+class FilterSettings(_Section):
+    unevaluable: Literal["publish", "drop", "fail"] = Field(
+        "publish",
+        description="when a row filter cannot be evaluated for a change (a referenced value is an unchanged TOAST"
+        " value, or evaluation fails): publish the change, drop it (logged and counted) or stop the daemon",
+    )
+    push_down: bool = Field(
+        True, description="with manage_publications on PostgreSQL 15+, also write the filters into the publications"
+    )
+
+
 class SinkSettings(_Section):
     kind: Literal["jsonl", "kafka"] = Field("jsonl", description="where `cdcd run` sends changes")
     path: str = Field("-", description="jsonl: the file to append to, - for stdout")
@@ -157,6 +214,7 @@ class Settings(BaseSettings):
 
     source: SourceSettings
     buffer: BufferSettings = Field(default_factory=BufferSettings)
+    filters: FilterSettings = Field(default_factory=FilterSettings)
     sink: SinkSettings = Field(default_factory=SinkSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)

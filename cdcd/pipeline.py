@@ -17,8 +17,10 @@ import structlog
 
 from cdcd.assembly import Assembler, BufferPool, Transaction
 from cdcd.config import Settings
+from cdcd.filters import FilterPlan, RowFilter
 from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.pgoutput import DecodeError, Decoder
+from cdcd.pgoutput.messages import Message, RowChange
 from cdcd.progress import Progress
 from cdcd.sink import SessionContext, Sink
 from cdcd.source.protocol import (
@@ -49,6 +51,7 @@ class Pipeline:
         self.progress = Progress()
         self.pool = BufferPool(settings.buffer.memory_limit, settings.buffer.spill_dir)
         self.stats = Stats()
+        self.rowfilter: RowFilter | None = None
         self._next_status = 0.0
 
     def run(self) -> None:
@@ -74,12 +77,13 @@ class Pipeline:
     def _session(self) -> None:
         source = self.settings.source
         assembler = Assembler(self.pool)
-        with Walsender(source) as walsender:
+        with Walsender(source, self.settings.filters.push_down) as walsender:
             try:
                 info = walsender.start(self.progress.flushed_lsn)
                 log.info("streaming", slot=source.slot, protocol=info.protocol_version, server=info.server_version,
                          slot_created=info.slot_created, start_lsn=format_lsn(info.start_lsn))  # fmt: skip
                 decoder = Decoder(info.encoding, parallel_streaming=info.parallel_streaming)
+                self.rowfilter = self._rowfilter(info.filter_plan, walsender)
                 keep_alive = partial(self._status_if_due, walsender)
                 self.sink.start_session(SessionContext(info.database, decoder.types, keep_alive))
                 self._stream(walsender, decoder, assembler)
@@ -119,9 +123,20 @@ class Pipeline:
         if time.monotonic() >= self._next_status:
             self._send_status(walsender)
 
+    def _rowfilter(self, plan: FilterPlan, walsender: Walsender) -> RowFilter | None:
+        if not plan.has_filters:
+            return None
+        log.info("row filters active", tables=plan.filtered_tables(), unevaluable=self.settings.filters.unevaluable)
+        return RowFilter(plan, self.settings.filters.unevaluable, walsender.ancestors)
+
     def _handle(self, decoder: Decoder, assembler: Assembler, payload: bytes, wal_lsn: int) -> None:
         try:
-            event = assembler.feed(decoder.decode(payload, wal_lsn))
+            message: Message | None = decoder.decode(payload, wal_lsn)
+            if message.__class__ is RowChange and self.rowfilter is not None:
+                message = self.rowfilter.apply(message)
+            if message is None:
+                return
+            event = assembler.feed(message)
         except DecodeError as exc:
             exc.wal_lsn = wal_lsn
             raise

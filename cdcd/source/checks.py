@@ -2,25 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 from cdcd.config import SourceSettings
+from cdcd.source.catalog import prepare_filters
 from cdcd.source.walsender import SourceDisconnected, connect
 
 
-def check_source(settings: SourceSettings) -> list[str]:
-    """Return every problem found (empty when the source is ready)."""
+@dataclass
+class Findings:
+    problems: list[str] = field(default_factory=list)  # the server is not ready
+    config_errors: list[str] = field(default_factory=list)  # the config cannot work with this database
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_source(settings: SourceSettings) -> Findings:
+    """Every problem found (none when the source is ready)."""
     try:
         conn = connect(settings.dsn.get_secret_value())
     except SourceDisconnected as exc:
-        return [str(exc)]
+        return Findings([str(exc)])
     with conn:
-        problems: list[str] = []
+        findings = Findings()
         for check in (_server, _role, _publications, _slot):
-            problems.extend(check(conn, settings))
-        return problems
+            findings.problems.extend(check(conn, settings))
+        _, report = prepare_filters(conn, settings.publications)
+        findings.config_errors, findings.warnings = report.errors, report.warnings
+        return findings
 
 
 def _one(conn: psycopg.Connection[Any], query: str, params: list[Any] | None = None) -> Any:

@@ -12,12 +12,18 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
-from psycopg import pq, sql
+import structlog
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from cdcd.config import Publication, SourceSettings
+from cdcd.config import ConfigError, SourceSettings
+from cdcd.filters.plan import FilterPlan
 from cdcd.lsn import parse_lsn
+from cdcd.pgoutput.messages import Relation
+from cdcd.source.catalog import PublicationError, ancestors, prepare_filters, sync_publications
 from cdcd.source.protocol import protocol_version_for, quote_ident, start_replication_command
+
+log = structlog.get_logger("cdcd.source")
 
 # PostgreSQL encoding names -> Python codecs for the encodings a server database can use.
 _PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "ascii", "LATIN1": "latin-1", "WIN1252": "cp1252", "EUC_JP": "euc_jp"}
@@ -43,6 +49,7 @@ class SessionInfo:
     slot_created: bool
     start_lsn: int
     streaming: str
+    filter_plan: FilterPlan
 
     @property
     def parallel_streaming(self) -> bool:
@@ -77,8 +84,9 @@ def _first_line(exc: BaseException) -> str:
 class Walsender:
     """One replication session. Use as a context manager; ``start()`` then ``read()``/``send()``."""
 
-    def __init__(self, settings: SourceSettings) -> None:
+    def __init__(self, settings: SourceSettings, push_down: bool = True) -> None:
         self.settings = settings
+        self.push_down = push_down
         self._dsn = settings.dsn.get_secret_value()
         self._admin: psycopg.Connection[Any] | None = None
         self._repl: psycopg.Connection[Any] | None = None
@@ -105,9 +113,7 @@ class Walsender:
         encoding = _PY_ENCODINGS.get(server_encoding)
         if encoding is None:
             raise SourceError(f"database encoding {server_encoding} is not supported (use UTF8)")
-        if self.settings.manage_publications:
-            ensure_publications(admin, self.settings.publications)
-        self._require_publications(admin)
+        plan = self._prepare_publications(admin)
         self._repl = connect(self._dsn, replication="database")
         system = self._command("IDENTIFY_SYSTEM")
         slot_created = self._ensure_slot(admin, server_version)
@@ -136,7 +142,35 @@ class Walsender:
             slot_created=slot_created,
             start_lsn=start_lsn,
             streaming=self.settings.streaming,
+            filter_plan=plan,
         )
+
+    def _prepare_publications(self, admin: psycopg.Connection[Any]) -> FilterPlan:
+        """Check the row filters against the tables, then (when managed) make the publications match the config.
+        Bad filters raise ConfigError before anything is written."""
+        plan, report = prepare_filters(admin, self.settings.publications)
+        if report.errors:
+            raise ConfigError("row filters cannot be used:\n  - " + "\n  - ".join(report.errors))
+        for warning in report.warnings:
+            log.warning(warning)
+        if self.settings.manage_publications:
+            try:
+                sync_publications(admin, self.settings.publications, self.push_down)
+            except PublicationError as exc:
+                raise SourceError(str(exc)) from None
+            except psycopg.Error as exc:
+                raise SourceError(f"cannot create or alter the publications: {_first_line(exc)}") from None
+        self._require_publications(admin)
+        return plan
+
+    def ancestors(self, relation: Relation) -> list[str]:
+        """Partition ancestors of a replicated relation (for the row filters), from the catalog connection."""
+        if self._admin is None:
+            raise SourceDisconnected("catalog connection is not open")
+        try:
+            return ancestors(self._admin, relation.relation_id)
+        except psycopg.Error as exc:
+            raise SourceDisconnected(f"catalog query failed: {_first_line(exc)}") from None
 
     @property
     def _pgconn(self) -> pq.abc.PGconn:
@@ -222,23 +256,3 @@ class Walsender:
 def _result_error(result: pq.abc.PGresult) -> str:
     message = result.error_message.decode(errors="replace").strip()
     return message or f"unexpected result status {pq.ExecStatus(result.status).name}"
-
-
-def ensure_publications(admin: psycopg.Connection[Any], publications: list[Publication]) -> list[str]:
-    """Create configured publications that do not exist yet; return the names created."""
-    created = []
-    existing = {r[0] for r in admin.execute("SELECT pubname FROM pg_publication").fetchall()}
-    for publication in publications:
-        if publication.name in existing:
-            continue
-        target: sql.Composable
-        if publication.all_tables:
-            target = sql.SQL("FOR ALL TABLES")
-        elif publication.tables:
-            names = [sql.Identifier(*t.name.split(".")) for t in publication.tables]
-            target = sql.SQL("FOR TABLE {}").format(sql.SQL(", ").join(names))
-        else:
-            target = sql.SQL("")
-        admin.execute(sql.SQL("CREATE PUBLICATION {} {}").format(sql.Identifier(publication.name), target))
-        created.append(publication.name)
-    return created
