@@ -16,11 +16,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
 import yaml
+
+if TYPE_CHECKING:
+    from tests.integration.kafka_harness import Run
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = ROOT / "deploy" / "local" / "stack"
@@ -62,6 +65,24 @@ def pg(request: pytest.FixtureRequest) -> PgServer:
     version = str(request.param)
     subprocess.run([str(STACK), "up", "pg"], check=True, env={**os.environ, "PG_VERSION": version})
     return PgServer(int(version), stack_env(version))
+
+
+@pytest.fixture(scope="session")
+def kafka_env() -> dict[str, str]:
+    """Kafka and the schema registry up; the stack's environment (bootstrap servers, registry URL)."""
+    for component in ("kafka", "registry"):
+        subprocess.run([str(STACK), "up", component], check=True, env=os.environ.copy())
+    return stack_env("15")
+
+
+@pytest.fixture
+def run(db: Database, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
+    """A `cdcd run` to Kafka for this test's database (not started) with a consumer of its topics."""
+    from tests.integration.kafka_harness import Run  # noqa: PLC0415 - it imports this module
+
+    r = Run(db, kafka_env, tmp_path)
+    yield r
+    r.close()
 
 
 @dataclass

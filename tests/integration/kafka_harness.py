@@ -1,0 +1,150 @@
+"""Kafka side of the integration harness: a `cdcd run` process and a consumer reading its topics through the
+schema registry."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from tests.integration.conftest import Database
+
+# Before cdcd creates the topics the pattern subscription finds none; end of partition is not an error.
+_TRANSIENT = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._PARTITION_EOF}
+
+
+@dataclass
+class Event:
+    topic: str
+    key: dict[str, Any] | None
+    value: dict[str, Any] | None  # None: a tombstone
+
+
+class Run:
+    """A `cdcd run` process producing to Kafka, and a consumer of everything under its topic prefix."""
+
+    def __init__(self, db: Database, env: dict[str, str], tmp_path: Path) -> None:
+        self.db, self.env, self.tmp_path = db, env, tmp_path
+        self.prefix = f"it_{db.name}"
+        self.slot = f"s_{db.name}"
+        self.log = tmp_path / "run.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        registry = SchemaRegistryClient({"url": env["CDCD_SCHEMA_REGISTRY__URL"]})
+        self._deserialize = AvroDeserializer(registry)
+        self.consumer = self._new_consumer()
+        self.events: list[Event] = []
+        self.positions: dict[tuple[str, int], int] = {}  # next offset to read, per topic partition
+
+    def _new_consumer(self) -> Consumer:
+        consumer = Consumer({"bootstrap.servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
+                             "group.id": f"{self.prefix}-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
+                             "topic.metadata.refresh.interval.ms": 500})  # fmt: skip
+        consumer.subscribe([f"^{self.prefix}\\..*"])
+        return consumer
+
+    def reread(self) -> None:
+        """Read every topic again from the start with a new consumer group."""
+        self.consumer.close()
+        self.consumer = self._new_consumer()
+        self.events = []
+        self.positions = {}
+
+    def start(self, source: dict[str, Any] | None = None, extra: dict[str, Any] | None = None, **kafka: Any) -> Run:
+        """Start `cdcd run`; ``source`` keys override the source section, ``extra`` adds top-level sections."""
+        config = {
+            "source": {"dsn": self.db.dsn(self.db.server.streaming_options), "slot": self.slot,
+                       "publications": [{"name": "cdcd_pub"}], "status_interval_s": 0.3, **(source or {})},
+            "sink": {"kind": "kafka", "flush_timeout_s": 20},
+            "kafka": {"bootstrap_servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], "topic_prefix": self.prefix,
+                      **kafka},
+            "schema_registry": {"url": self.env["CDCD_SCHEMA_REGISTRY__URL"]},
+            "buffer": {"spill_dir": str(self.tmp_path / "spill"), "memory_limit": "256KiB"},
+            "log": {"format": "json"},
+            **(extra or {}),
+        }  # fmt: skip
+        path = self.tmp_path / "run.yaml"
+        path.write_text(yaml.safe_dump(config))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)],
+                                         stdout=subprocess.DEVNULL, stderr=log, env=env)  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not self.db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", [self.slot]):
+            self._check_alive()
+            assert time.monotonic() < deadline, f"never streamed:\n{self.log.read_text()[-3000:]}"
+            time.sleep(0.1)
+        return self
+
+    def _check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"cdcd run exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=60)
+
+    def consume_until(self, done: Callable[[list[Event]], bool], timeout: float = 90) -> list[Event]:
+        deadline = time.monotonic() + timeout
+        check = True
+        while not (check and done(self.events)):
+            assert time.monotonic() < deadline, f"timed out with {len(self.events)} events"
+            message = self.consumer.poll(0.5)
+            # `done` looks at every event: ask it when the topics are drained for now, or every 2000 events.
+            check = message is None or len(self.events) % 2000 == 0
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() in _TRANSIENT:
+                    continue
+                raise KafkaException(error)
+            topic = str(message.topic())
+            key_ctx = SerializationContext(topic, MessageField.KEY)
+            value_ctx = SerializationContext(topic, MessageField.VALUE)
+            key = None if message.key() is None else self._deserialize(message.key(), key_ctx)
+            value = None if message.value() is None else self._deserialize(message.value(), value_ctx)
+            self.events.append(Event(topic, key, value))
+            self.positions[topic, message.partition() or 0] = (message.offset() or 0) + 1
+        return self.events
+
+    def sync(self, timeout: float = 90) -> list[Event]:
+        """Everything cdcd will publish for what was committed so far: emit a message, wait until cdcd confirmed
+        its LSN (so Kafka acknowledged every event before it), then consume to the end of every topic."""
+        lsn = self.db.execute("SELECT pg_logical_emit_message(true, 'test', 'sync')")[0][0]
+        deadline = time.monotonic() + timeout
+        query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
+        while not self.db.execute(query, [lsn, self.slot])[0][0]:
+            self._check_alive()
+            assert time.monotonic() < deadline, f"cdcd never confirmed {lsn}:\n{self.log.read_text()[-3000:]}"
+            time.sleep(0.1)
+        ends = self._high_watermarks()
+        return self.consume_until(lambda _: all(self.positions.get(tp, 0) >= end for tp, end in ends.items()))
+
+    def _high_watermarks(self) -> dict[tuple[str, int], int]:
+        metadata = self.consumer.list_topics(timeout=10)
+        ends = {}
+        for name, topic in metadata.topics.items():
+            if name.startswith(f"{self.prefix}."):
+                for partition in topic.partitions:
+                    _, high = self.consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10)
+                    ends[name, partition] = high
+        return ends
+
+    def close(self) -> None:
+        self.consumer.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.stop(signal.SIGKILL)
