@@ -130,7 +130,8 @@ def _stream(settings: Settings, output: str | None) -> int:
     finally:
         if opened is not None:
             opened.close()
-    stats = pipeline.stats
+    stats, filters = pipeline.stats, pipeline.filter_stats
     log.info("stopped", flushed_lsn=format_lsn(pipeline.progress.flushed_lsn), transactions=stats.transactions,
-             changes=stats.changes, reconnects=stats.reconnects)  # fmt: skip
+             changes=stats.changes, reconnects=stats.reconnects, filtered=filters.filtered.total(),
+             updates_transformed=filters.transformed.total(), unevaluated=filters.unevaluated.total())  # fmt: skip
     return EXIT_OK

@@ -17,7 +17,7 @@ import structlog
 
 from cdcd.assembly import Assembler, BufferPool, Transaction
 from cdcd.config import Settings
-from cdcd.filters import FilterPlan, RowFilter
+from cdcd.filters import FilterPlan, FilterStats, RowFilter
 from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Message, RowChange
@@ -52,6 +52,7 @@ class Pipeline:
         self.pool = BufferPool(settings.buffer.memory_limit, settings.buffer.spill_dir)
         self.stats = Stats()
         self.rowfilter: RowFilter | None = None
+        self.filter_stats = FilterStats()
         self._next_status = 0.0
 
     def run(self) -> None:
@@ -127,7 +128,7 @@ class Pipeline:
         if not plan.has_filters:
             return None
         log.info("row filters active", tables=plan.filtered_tables(), unevaluable=self.settings.filters.unevaluable)
-        return RowFilter(plan, self.settings.filters.unevaluable, walsender.ancestors)
+        return RowFilter(plan, self.settings.filters.unevaluable, walsender.ancestors, self.filter_stats)
 
     def _handle(self, decoder: Decoder, assembler: Assembler, payload: bytes, wal_lsn: int) -> None:
         try:

@@ -3,12 +3,13 @@ them to changes (``rowfilter``). Pure code; the catalog facts they need are pass
 
 from cdcd.filters.expr import FilterError, ParsedFilter, Unevaluable, parse_filter
 from cdcd.filters.plan import FilterPlan, RelationFilters, TableFilter
-from cdcd.filters.rowfilter import FilterFailure, RowFilter
+from cdcd.filters.rowfilter import FilterFailure, FilterStats, RowFilter
 
 __all__ = [
     "FilterError",
     "FilterFailure",
     "FilterPlan",
+    "FilterStats",
     "ParsedFilter",
     "RelationFilters",
     "RowFilter",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import structlog
@@ -28,6 +28,15 @@ Policy = Literal["publish", "drop", "fail"]
 Predicate = Callable[[Row], bool | None]
 # (filter text, predicate) pairs, ORed; None publishes every row.
 _Compiled = tuple[tuple[str, Predicate], ...] | None
+
+
+@dataclass
+class FilterStats:
+    """Counters that outlive one replication session."""
+
+    filtered: Counter[str] = field(default_factory=Counter)  # changes dropped, by schema.table
+    transformed: Counter[str] = field(default_factory=Counter)  # updates published as "insert" or "delete"
+    unevaluated: Counter[str] = field(default_factory=Counter)  # filters that could not be evaluated, by table
 
 
 class FilterFailure(RuntimeError):
@@ -51,13 +60,17 @@ class RowFilter:
         plan: FilterPlan,
         unevaluable: Policy = "publish",
         ancestors: Callable[[Relation], Sequence[str]] | None = None,
+        stats: FilterStats | None = None,
     ) -> None:
         self.plan = plan
         self.unevaluable = unevaluable
         self.ancestors = ancestors
-        self.filtered: Counter[str] = Counter()  # changes dropped, by schema.table
-        self.transformed: Counter[str] = Counter()  # updates published as "insert" or "delete"
-        self.unevaluated: Counter[str] = Counter()  # by schema.table
+        self.stats = stats or FilterStats()
+        self.filtered, self.transformed, self.unevaluated = (
+            self.stats.filtered,
+            self.stats.transformed,
+            self.stats.unevaluated,
+        )
         self._rules: dict[int, tuple[Relation, _Rules | None]] = {}
         self._warned: set[tuple[str, str]] = set()
 

@@ -124,6 +124,9 @@ def read_publication(conn: Conn, name: str) -> Publication | None:
 def sync_publications(conn: Conn, publications: Sequence[Publication], push_down: bool) -> None:
     """Create or alter every defined publication so the server's definition is the config's."""
     with conn.transaction():
+        # Filters are pushed down as text: a timestamptz literal without an offset is read in this session's
+        # time zone when PostgreSQL stores the filter; cdcd reads such literals as UTC.
+        conn.execute("SET LOCAL TimeZone = 'UTC'")
         for publication in publications:
             if publication.defined:
                 _sync(conn, publication, push_down)
