@@ -14,12 +14,29 @@ Then, one after the other (they would compete for the two cores otherwise), per 
 * ``pg_recvlogical --start --endpos <end> -f /dev/null`` with the same pgoutput options as cdcd (as drain.py);
   timed from launch until it exits;
 * ``cdcd run --config F`` with ``sink.kind: kafka``, a topic prefix of its own, ``create_slot: false``,
-  ``kafka.transaction_topic`` true (variant ``tx``) and, with ``--variants tx,notx``, false (``notx``); timed
-  from launch until the slot's confirmed_flush_lsn reaches the end LSN. cdcd confirms a transaction only once
-  Kafka acknowledged every message of it (acks=all, idempotent producer), so that is "every message
-  acknowledged". Then the messages in Kafka are counted (the sum of high - low watermarks of the topics under
-  the run's prefix: the table topic must hold one per row, the transaction topic two per transaction; exit 1
-  if not), cdcd gets SIGTERM (it must exit 0) and its topics and registry subjects are deleted.
+  one run per ``--variants`` entry (default ``tx,notx``): ``kafka.transaction_topic`` true (``tx``) or false
+  (``notx``); timed from launch until the slot's confirmed_flush_lsn reaches the end LSN. cdcd confirms a
+  transaction only once Kafka acknowledged every message of it (acks=all, idempotent producer), so that is
+  "every message acknowledged". Then the messages in Kafka are counted (the sum of high - low watermarks of
+  the topics under the run's prefix: the table topic must hold one per published row, the transaction topic two
+  per transaction with a published row; exit 1 if not), cdcd gets SIGTERM (it must exit 0) and its topics and
+  registry subjects are deleted.
+
+Row-filter variants (not run by default), each the ``tx`` configuration plus a 3-clause row filter on the
+bench table in cdcd's config (``source.publications: [{name: bench_pub, tables: [{name: public.bench, where:
+...}], publish: [insert]}]``; ``publish: [insert]`` because a publication that publishes UPDATE or DELETE may
+filter only on replica identity columns). ``source.manage_publications`` stays off, so the server's
+publication keeps no WHERE, the server sends every row and cdcd evaluates the filter on each (the path every
+server version takes):
+
+* ``filter``: ``id >= 0 AND v IS NOT NULL AND n < 2000000000`` passes every row: the pure cost of evaluation;
+* ``filter50``: ``id >= 0 AND v IS NOT NULL AND n < 500`` (n = id % 1000) passes half the rows; with one-row
+  transactions half the transactions drop out whole (no BEGIN/END for them, as in Debezium).
+
+Their expected message counts are PostgreSQL's own (``SELECT count(*), count(DISTINCT xmin) FROM bench WHERE
+<filter>`` after the workload), and cdcd's "stopped" log line must count the rest as filtered, none
+unevaluated (else exit 1). Their rows/s are the workload's rows, published or not, per second; the summary
+adds the ratio filter variant rows/s / tx rows/s per workload (best round, and of the medians).
 
 Reported: seconds, rows/s, the ratio cdcd rows/s / pg_recvlogical rows/s (target >= 0.8), peak RSS (VmHWM
 sampled from /proc every 20 ms while the consumer runs, and for cdcd just before SIGTERM: wait4's ru_maxrss
@@ -32,6 +49,7 @@ Run from the repository root, with the local stack up (``deploy/local/stack up p
     .venv/bin/python benchmarks/kafka.py             # 1,000,000 rows + 100,000 transactions, 2 rounds (~2.5 min)
     .venv/bin/python benchmarks/kafka.py --quick     # 100,000 rows + 10,000 transactions, 1 round (~15 s)
     .venv/bin/python benchmarks/kafka.py --repeat 3 --variants tx --workloads small
+    .venv/bin/python benchmarks/kafka.py --variants tx,filter,filter50 --repeat 3   # row filter on vs off (~4 min)
     .venv/bin/python benchmarks/kafka.py --profile   # plus one cdcd run per workload under cProfile (+1.5 min)
 
 It imports drain.py's helpers (``import drain``: benchmarks/ is on sys.path when run as a script).
@@ -47,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import pstats
 import statistics
@@ -56,16 +75,18 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import yaml
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from drain import (
     POLL_S,
+    PUBLICATION,
     TABLE,
     Bench,
     BenchError,
@@ -92,7 +113,25 @@ from cdcd.source.protocol import protocol_version_for
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
 DEFAULT_REGISTRY = "http://127.0.0.1:18081/apis/ccompat/v7"
 WORKLOADS = ("large", "small")
-VARIANTS = {"tx": True, "notx": False}  # variant -> kafka.transaction_topic
+# Row filters over the bench table (id int primary key, v text NOT NULL = md5(id), n int = id % 1000, ts): three
+# clauses each, so every row evaluates all three. FILTER_ALL passes every row (the pure cost of evaluating it),
+# FILTER_HALF the rows with n < 500 (half of them; whole one-row transactions drop out with their row).
+FILTER_ALL = "id >= 0 AND v IS NOT NULL AND n < 2000000000"
+FILTER_HALF = "id >= 0 AND v IS NOT NULL AND n < 500"
+
+
+@dataclass(frozen=True)
+class Variant:
+    transaction_topic: bool  # kafka.transaction_topic
+    where: str | None = None  # row filter on the bench table, in a publication of cdcd's config (publish: insert)
+
+
+VARIANTS = {
+    "tx": Variant(True),
+    "notx": Variant(False),
+    "filter": Variant(True, FILTER_ALL),
+    "filter50": Variant(True, FILTER_HALF),
+}
 TARGET_RATIO = 0.8
 SMALL_PROCEDURE = f"""
 CREATE PROCEDURE bench_small(txns int, per_txn int, INOUT last_start pg_lsn DEFAULT NULL) LANGUAGE plpgsql AS $$
@@ -115,6 +154,8 @@ class Workload:
     name: str
     txns: int
     setup: Setup  # rows, end LSN, WAL size, generation time
+    # filter variant -> (rows, transactions) matching its filter: PostgreSQL's count over the generated rows
+    matched: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -136,6 +177,39 @@ def _find_broker_pid() -> int | None:
             if b"kafka.Kafka" in (entry / "cmdline").read_bytes().split(b"\0"):
                 return int(entry.name)
     return None
+
+
+def _set_filter(cmd: list[str], where: str) -> None:
+    """Put the row filter into the config that ``cmd`` names: the bench publication lists the table with ``where``
+    and publishes inserts only (a filter on non-key columns is refused for a publication that publishes UPDATE or
+    DELETE). manage_publications stays off: the server's publication (no WHERE) is not touched, so the server
+    sends every row and cdcd evaluates the filter on each."""
+    path = Path(cmd[cmd.index("--config") + 1])
+    config = yaml.safe_load(path.read_text())
+    config["source"]["publications"] = [
+        {"name": PUBLICATION, "tables": [{"name": f"public.{TABLE}", "where": where}], "publish": ["insert"]}
+    ]
+    path.write_text(yaml.safe_dump(config))
+
+
+def _check_filter_log(log: Path, expected_filtered: int) -> None:
+    """From cdcd's JSON log: the filter was active, and its "stopped" line counts ``expected_filtered`` dropped
+    changes and none unevaluated."""
+    events = []
+    for line in log.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if isinstance(event, dict):
+                events.append(event)
+    if not any(e.get("event") == "row filters active" for e in events):
+        raise BenchError(f"cdcd did not log 'row filters active':\n{_log_tail(log)}")
+    stopped = [e for e in events if e.get("event") == "stopped"]
+    if not stopped:
+        raise BenchError(f"cdcd logged no 'stopped' line:\n{_log_tail(log)}")
+    filtered, unevaluated = stopped[-1].get("filtered"), stopped[-1].get("unevaluated")
+    if filtered != expected_filtered or unevaluated != 0:
+        raise BenchError(f"cdcd's row filter dropped {filtered} changes (expected {expected_filtered}), "
+                         f"{unevaluated} unevaluated (expected 0)")  # fmt: skip
 
 
 class _HwmSampler(threading.Thread):
@@ -233,9 +307,18 @@ class KafkaBench(Bench):
                 ).fetchone()
                 if row is not None:
                     end_lsn, source = parse_lsn(str(row[0])), "last commit record's end (pg_walinspect)"
+            matched = {}
+            for name in args.variants:
+                where = VARIANTS[name].where
+                if where is not None:  # the table holds exactly this workload's rows (truncated before it)
+                    found = conn.execute(
+                        f"SELECT count(*), count(DISTINCT xmin::text) FROM {TABLE} WHERE {where}"
+                    ).fetchone()
+                    assert found is not None
+                    matched[name] = (int(found[0]), int(found[1]))
         setup = Setup(self.consumer_dsn, self.proto, self.streaming, end_lsn, rows, end_lsn - wal_before,
                       generate_s, source)  # fmt: skip
-        return Workload(workload, txns, setup)
+        return Workload(workload, txns, setup, matched)
 
     # -- consumers --------------------------------------------------------------------------
 
@@ -250,7 +333,7 @@ class KafkaBench(Bench):
         setup, args = workload.setup, self.args
         prefix = f"cdcdbench-{self.database.removeprefix('bench_')}-{workload.name}-{variant}-{round_no}"
         self.prefixes.append(prefix)
-        transaction_topic = VARIANTS[variant]
+        transaction_topic, where = VARIANTS[variant].transaction_topic, VARIANTS[variant].where
         cmd = self.cdcd_command(
             setup,
             slot,
@@ -261,6 +344,8 @@ class KafkaBench(Bench):
                    "transaction_topic": transaction_topic},
             schema_registry={"url": args.registry},
         )  # fmt: skip
+        if where is not None:
+            _set_filter(cmd, where)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
         log = self.workdir / f"{slot}.log"
         broker_before = _cpu_s(self.broker_pid) if self.broker_pid else None
@@ -278,7 +363,10 @@ class KafkaBench(Bench):
         run = Run(label, round_no, slot, watch.seconds, watch.startup_s, watch.sent_s, exited.cpu_s,
                   watch.walsender_cpu_s, max(hwm, self.peak_rss_kib(proc.pid)), self._slot_stats(slot),
                   profiled=profile is not None)  # fmt: skip
-        expected = {"public.bench": setup.rows} | ({"transaction": 2 * workload.txns} if transaction_topic else {})
+        rows, txns = workload.matched[variant] if where is not None else (setup.rows, workload.txns)
+        expected = {"public.bench": rows} | ({"transaction": 2 * txns} if transaction_topic else {})
+        if where is not None:
+            _check_filter_log(log, setup.rows - rows)
         broker_cpu = None if broker_before is None or broker_after is None else broker_after - broker_before
         return Result(workload.name, f"cdcd {variant}", run, broker_cpu, messages, expected)
 
@@ -350,7 +438,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--variants",
         default="tx,notx",
-        help="cdcd runs per round: tx (kafka.transaction_topic true), notx (false); default tx,notx",
+        help="cdcd runs per round: tx (kafka.transaction_topic true), notx (false), filter (tx plus a 3-clause "
+        "row filter that passes every row), filter50 (tx plus a 3-clause filter passing half the rows); "
+        "default tx,notx",
     )
     add_common_args(parser)
     parser.add_argument(
@@ -427,9 +517,14 @@ def _report_workload(workload: Workload, results: list[Result], args: argparse.N
                   f"expected {result.expected}")  # fmt: skip
 
 
+def _width(variants: list[str]) -> int:
+    """The summary's variant column: 5 wide (tx, notx), wider for the filter variants."""
+    return max(5, *(len(v) for v in variants))
+
+
 def _summary(workload: Workload, results: list[Result], variants: list[str]) -> list[str]:
     """One line per cdcd variant: best rows/s of both, the ratio (best and median), peak RSS of both."""
-    rows = workload.setup.rows
+    rows, width = workload.setup.rows, _width(variants)
     timed = [r for r in results if not r.run.profiled]
     recv = [r.run for r in timed if r.label == "pg_recvlogical"]
     if not recv:
@@ -445,8 +540,32 @@ def _summary(workload: Workload, results: list[Result], variants: list[str]) -> 
         ratio = recv_best / best
         verdict = "met" if ratio >= TARGET_RATIO else "NOT met"
         lines.append(
-            f"{workload.name:<6} {variant:<5} {rows / best:>11,.0f} {rows / recv_best:>15,.0f} {ratio:>6.2f} "
+            f"{workload.name:<6} {variant:<{width}} {rows / best:>11,.0f} {rows / recv_best:>15,.0f} {ratio:>6.2f} "
             f"{recv_median / median:>7.2f} {_mib(max(r.peak_rss_kib for r in mine)):>9} {_mib(recv_rss):>9}  {verdict}"
+        )
+    return lines
+
+
+def _filter_summary(workload: Workload, results: list[Result], variants: list[str]) -> list[str]:
+    """One line per filter variant: its best rows/s (rows of the WAL, filtered or not, per second) against tx's,
+    the ratio filter / tx (best and of the medians), and the rows it published."""
+    rows = workload.setup.rows
+    timed = [r for r in results if not r.run.profiled]
+
+    def seconds(variant: str) -> list[float]:
+        return [r.run.seconds for r in timed if r.label == f"cdcd {variant}"]
+
+    tx = seconds("tx")
+    lines = []
+    for variant in variants:
+        mine = seconds(variant)
+        if VARIANTS[variant].where is None or not mine or not tx:
+            continue
+        published = workload.matched[variant][0]
+        lines.append(
+            f"{workload.name:<6} {variant:<8} {rows / min(tx):>9,.0f} {rows / min(mine):>13,.0f} "
+            f"{min(tx) / min(mine):>6.3f} {statistics.median(tx) / statistics.median(mine):>7.3f} "
+            f"{published:>11,} ({100 * published / rows:.0f}%)"
         )
     return lines
 
@@ -512,7 +631,7 @@ def _run_workload(bench: KafkaBench, name: str, args: argparse.Namespace) -> tup
     return workload, results, profile
 
 
-def _print_summary(summary: list[str]) -> None:
+def _print_summary(summary: list[str], filter_summary: list[str], variants: list[str]) -> None:
     print()
     print("rows/s: best round; ratio = cdcd rows/s / pg_recvlogical rows/s (best, and of the medians); "
           "seconds: launch until pg_recvlogical exited at --endpos / cdcd's slot confirmed the end LSN "
@@ -521,11 +640,25 @@ def _print_summary(summary: list[str]) -> None:
           "consumer's; wsnd / Kafka CPU: the walsender's and the broker's during the run (sampled, approximate); "
           "messages: in Kafka under the run's topic prefix when the end was confirmed")  # fmt: skip
     print()
-    head = (f"{'workload':<6} {'cdcd':<5} {'cdcd rows/s':>11} {'pg_recv rows/s':>15} {'ratio':>6} {'(median)':>7} "
-            f"{'cdcd RSS':>9} {'recv RSS':>9}  target >= {TARGET_RATIO}")  # fmt: skip
+    head = (f"{'workload':<6} {'cdcd':<{_width(variants)}} {'cdcd rows/s':>11} {'pg_recv rows/s':>15} {'ratio':>6} "
+            f"{'(median)':>7} {'cdcd RSS':>9} {'recv RSS':>9}  target >= {TARGET_RATIO}")  # fmt: skip
     print(head)
     print("-" * len(head))
     for line in summary:
+        print(line)
+    if not filter_summary:
+        return
+    print()
+    print("row filters (evaluated by cdcd; the server's publication has none, so it sends every row): rows/s = "
+          "the workload's rows (published or dropped) per second, best round; ratio = filter variant rows/s / tx "
+          "rows/s (best, and of the medians)")  # fmt: skip
+    for name in dict.fromkeys(v for v in variants if VARIANTS[v].where is not None):
+        print(f"  {name}: WHERE {VARIANTS[name].where}  (publish: insert)")
+    head = (f"{'workload':<6} {'variant':<8} {'tx rows/s':>9} {'filter rows/s':>13} {'ratio':>6} {'(median)':>7} "
+            f"{'published':>11}")  # fmt: skip
+    print(head)
+    print("-" * len(head))
+    for line in filter_summary:
         print(line)
 
 
@@ -540,6 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = KafkaBench(args, admin, workdir)
     failed = False
     summary: list[str] = []
+    filter_summary: list[str] = []
     profiles: list[tuple[Path, str]] = []
     try:
         _print_header(bench, args)
@@ -549,9 +683,10 @@ def main(argv: list[str] | None = None) -> int:
             workload, results, profile = _run_workload(bench, name, args)
             _report_workload(workload, results, args)
             summary += _summary(workload, results, args.variants)
+            filter_summary += _filter_summary(workload, results, args.variants)
             profiles += [(profile, name)] if profile else []
             failed = failed or any(r.messages is not None and r.messages != r.expected for r in results)
-        _print_summary(summary)
+        _print_summary(summary, filter_summary, args.variants)
         for path, name in profiles:
             _print_profile(path, name)
         if failed:
