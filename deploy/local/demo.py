@@ -3,8 +3,9 @@
 Creates the `cdcd_demo` database (afresh each run), starts `cdcd run` with config/demo.yaml (Avro envelopes on
 `demo.shop.*` topics through the schema registry), runs a small shop workload (plain transactions, a large
 transaction that PostgreSQL streams before commit, savepoints rolled back, a transaction aborted whole, a
-truncate, a logical decoding message), reads the topics back with a registry-aware consumer and prints what
-arrived, then stops cdcd with SIGTERM and shows the LSN it confirmed.
+truncate, a logical decoding message; a row filter publishes only orders with id <= 1500), reads the topics
+back with a registry-aware consumer and prints what arrived, then stops cdcd with SIGTERM and shows the LSN it
+confirmed.
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ def summarize(events: list[tuple[str, Any]]) -> None:
     print(
         f"\nrows from a rolled-back savepoint: {notes['rolled back']}, from an aborted transaction: {notes['aborted']}"
     )
+    ids = [((v or {}).get("after") or {}).get("id") for t, v in events if t.endswith(".shop.orders")]
+    top = max((i for i in ids if i is not None), default=None)
+    print(f"orders published: {len([i for i in ids if i is not None])} of 2000, highest id {top} (filter: id <= 1500)")
 
 
 def main() -> int:
@@ -135,8 +139,9 @@ def main() -> int:
     daemon = subprocess.Popen(cmd, env=child_env)
     try:
         workload(dsn)
-        # 3 inserts, an update, a delete, 2000 streamed inserts, a truncate, a logical decoding message
-        expected = 3 + 1 + 1 + 2000 + 1 + 1
+        # 3 inserts, an update, a delete, 2000 streamed inserts of which the row filter passes 1500, a truncate,
+        # a logical decoding message
+        expected = 3 + 1 + 1 + 1500 + 1 + 1
         events = consume(env, expected, 90)
         summarize(events)
         time.sleep(1.5)  # one more status interval so the confirmed LSN is visible
