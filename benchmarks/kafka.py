@@ -343,6 +343,7 @@ class KafkaBench(Bench):
             kafka={"bootstrap_servers": args.bootstrap_servers, "topic_prefix": prefix,
                    "transaction_topic": transaction_topic},
             schema_registry={"url": args.registry},
+            metrics={"listen": "127.0.0.1:0"},
         )  # fmt: skip
         if where is not None:
             _set_filter(cmd, where)

@@ -24,6 +24,7 @@ from cdcd.config import ConfigError, Settings, load_settings
 from cdcd.filters import FilterFailure
 from cdcd.logging import configure
 from cdcd.lsn import format_lsn
+from cdcd.metrics import Metrics
 from cdcd.pgoutput import DecodeError
 from cdcd.pipeline import Pipeline
 from cdcd.sink import Sink, SinkFailure
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         return _check(settings)
     if args.command == "tail":
-        return _stream(settings, args.output)
-    return _stream(settings, settings.sink.path if settings.sink.kind == "jsonl" else None)
+        return _stream(settings, args.output, serve_metrics=False)
+    return _stream(settings, settings.sink.path if settings.sink.kind == "jsonl" else None, serve_metrics=True)
 
 
 def _check(settings: Settings) -> int:
@@ -101,14 +102,32 @@ def _sink(settings: Settings, output: str | None) -> tuple[Sink, BinaryIO | None
     return JsonLinesSink(out), None if out is sys.stdout.buffer else out
 
 
-def _stream(settings: Settings, output: str | None) -> int:
+def _serve_metrics(settings: Settings, pipeline: Pipeline, sink: Sink) -> Metrics | None:
+    """Serve /metrics, /healthz and /readyz when metrics.listen is set; raises OSError if it cannot bind."""
+    address = settings.metrics.address
+    if address is None:
+        return None
+    metrics = Metrics(pipeline.state, sink, settings.metrics.health_timeout_s)
+    pipeline.progress.on_done = metrics.observe_done
+    port = metrics.serve(*address)
+    structlog.get_logger("cdcd").info("serving metrics", address=address[0], port=port,
+                                      paths=["/metrics", "/healthz", "/readyz"])  # fmt: skip
+    return metrics
+
+
+def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
     sink, opened = _sink(settings, output)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     pipeline = Pipeline(settings, sink, stop)
-    _tune_gc()
     log = structlog.get_logger("cdcd")
+    try:
+        metrics = _serve_metrics(settings, pipeline, sink) if serve_metrics else None
+    except OSError as exc:
+        log.error("cannot serve metrics", listen=settings.metrics.listen, error=exc.strerror or str(exc))
+        return EXIT_CONFIG
+    _tune_gc()
     try:
         pipeline.run()
     except ConfigError as exc:
@@ -128,6 +147,8 @@ def _stream(settings: Settings, output: str | None) -> int:
         log.error("sink failed; stopping", error=str(exc), flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))
         return EXIT_FAILURE
     finally:
+        if metrics is not None:
+            metrics.close()
         if opened is not None:
             opened.close()
     stats, filters = pipeline.stats, pipeline.filter_stats

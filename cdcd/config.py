@@ -204,6 +204,28 @@ class SinkSettings(_Section):
     flush_timeout_s: float = Field(30.0, gt=0, description="on stop, how long to wait for the sink to finish")
 
 
+class MetricsSettings(_Section):
+    listen: str = Field(
+        "0.0.0.0:9187", description="host:port serving /metrics, /healthz and /readyz; empty disables; port 0 picks one"
+    )
+    health_timeout_s: float = Field(60.0, gt=0, description="/healthz fails when the main loop stalls this long")
+    slot_check_interval_s: float = Field(30.0, gt=0, description="how often to query the WAL the slot retains")
+
+    @field_validator("listen")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if value and not re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[^:\s]*):\d{1,5}", value):
+            raise ValueError(f"listen must be host:port (or empty to disable), got {value!r}")
+        return value
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        if not self.listen:
+            return None
+        host, port = self.listen.rsplit(":", 1)
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -218,6 +240,7 @@ class Settings(BaseSettings):
     sink: SinkSettings = Field(default_factory=SinkSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     log: LogSettings = Field(default_factory=LogSettings)
 
     @classmethod

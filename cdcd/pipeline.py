@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from functools import partial
 
 import structlog
@@ -19,6 +20,7 @@ from cdcd.assembly import Assembler, BufferPool, Transaction
 from cdcd.config import Settings
 from cdcd.filters import FilterPlan, FilterStats, RowFilter
 from cdcd.lsn import format_lsn, pg_now_us
+from cdcd.metrics import State
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Message, RowChange
 from cdcd.progress import Progress
@@ -41,6 +43,7 @@ class Stats:
     transactions: int = 0
     changes: int = 0
     reconnects: int = 0
+    outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (plain|streamed, commit|abort)
 
 
 class Pipeline:
@@ -54,6 +57,15 @@ class Pipeline:
         self.rowfilter: RowFilter | None = None
         self.filter_stats = FilterStats()
         self._next_status = 0.0
+        self._next_slot_check = 0.0
+        self._assembler: Assembler | None = None
+        self.state = State(
+            oldest_unacked_commit=self.progress.oldest_commit_time,
+            transactions=self.stats.outcomes,
+            open_streamed=lambda: self._assembler.open_streams if self._assembler else 0,
+            buffer_bytes=lambda: (self.pool.memory_bytes, self.pool.spilled_bytes),
+            filtered=self.filter_stats.filtered,
+        )
 
     def run(self) -> None:
         """Stream until ``stop`` is set. Raises on errors that retrying cannot fix."""
@@ -69,6 +81,8 @@ class Pipeline:
                 if reconnect.max_attempts and failures > reconnect.max_attempts:
                     raise
                 self.stats.reconnects += 1
+                self.state.postgresql_up = self.state.streaming = False
+                self.state.heartbeat = time.monotonic()  # waiting to retry is the loop working
                 log.warning("source disconnected; retrying", error=str(exc), retry_in_s=round(delay, 2),
                             flushed_lsn=format_lsn(self.progress.flushed_lsn))  # fmt: skip
                 if self.stop.wait(delay):
@@ -77,7 +91,7 @@ class Pipeline:
 
     def _session(self) -> None:
         source = self.settings.source
-        assembler = Assembler(self.pool)
+        assembler = self._assembler = Assembler(self.pool)
         with Walsender(source, self.settings.filters.push_down) as walsender:
             try:
                 info = walsender.start(self.progress.flushed_lsn)
@@ -85,10 +99,12 @@ class Pipeline:
                          slot_created=info.slot_created, start_lsn=format_lsn(info.start_lsn))  # fmt: skip
                 decoder = Decoder(info.encoding, parallel_streaming=info.parallel_streaming)
                 self.rowfilter = self._rowfilter(info.filter_plan, walsender)
+                self.state.postgresql_up = self.state.streaming = True
                 keep_alive = partial(self._status_if_due, walsender)
                 self.sink.start_session(SessionContext(info.database, decoder.types, keep_alive))
                 self._stream(walsender, decoder, assembler)
             finally:
+                self.state.streaming = False
                 assembler.reset()
             # Stopping: let the sink finish what it was handed, then confirm that much.
             if not self.sink.flush(self.settings.sink.flush_timeout_s):
@@ -115,12 +131,23 @@ class Pipeline:
                 else:
                     raise DecodeError("CopyData", 0, f"unknown replication frame type {chr(kind)!r}")
             self.sink.poll()
+            self._report(walsender)
             if reply:
                 self._send_status(walsender)
             else:
                 self._status_if_due(walsender)
 
+    def _report(self, walsender: Walsender) -> None:
+        """Refresh what metrics read; now and then ask the server how much WAL the slot retains."""
+        state, now = self.state, time.monotonic()
+        state.heartbeat = now
+        state.received_lsn, state.flushed_lsn = self.progress.received_lsn, self.progress.flushed_lsn
+        if now >= self._next_slot_check:
+            self._next_slot_check = now + self.settings.metrics.slot_check_interval_s
+            state.slot_retained_wal_bytes = walsender.slot_retained_wal()
+
     def _status_if_due(self, walsender: Walsender) -> None:
+        self.state.heartbeat = time.monotonic()  # also called while blocked on a full sink queue
         if time.monotonic() >= self._next_status:
             self._send_status(walsender)
 
@@ -133,17 +160,24 @@ class Pipeline:
     def _handle(self, decoder: Decoder, assembler: Assembler, payload: bytes, wal_lsn: int) -> None:
         try:
             message: Message | None = decoder.decode(payload, wal_lsn)
-            if message.__class__ is RowChange and self.rowfilter is not None:
-                message = self.rowfilter.apply(message)
-            if message is None:
+            if message.__class__ is RowChange:
+                if self.rowfilter is not None:
+                    message = self.rowfilter.apply(message)
+                if message is not None:
+                    assembler.feed(message)  # a row change never finishes anything
                 return
+            assert message is not None
+            aborted = assembler.aborted_transactions
             event = assembler.feed(message)
         except DecodeError as exc:
             exc.wal_lsn = wal_lsn
             raise
+        if assembler.aborted_transactions != aborted:
+            self.stats.outcomes["streamed", "abort"] += 1
         if event is None:
             return
         if isinstance(event, Transaction):
+            self.stats.outcomes["streamed" if event.streamed else "plain", "commit"] += 1
             self.stats.transactions += 1
             self.stats.changes += event.change_count
             self.sink.write_transaction(event, self.progress)

@@ -10,22 +10,32 @@ of a server keepalive may be confirmed, so that an idle or fully filtered databa
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 
 class Entry:
-    __slots__ = ("end_lsn", "outstanding", "sealed")
+    __slots__ = ("commit_time", "end_lsn", "outstanding", "sealed")
 
-    def __init__(self, end_lsn: int) -> None:
+    def __init__(self, end_lsn: int, commit_time: float | None) -> None:
         self.end_lsn = end_lsn
+        self.commit_time = commit_time  # unix seconds of the commit on the server, when known
         self.outstanding = 0
         self.sealed = False
 
 
 class Progress:
-    def __init__(self, start_lsn: int = 0) -> None:
+    def __init__(self, start_lsn: int = 0, on_done: Callable[[float], None] | None = None) -> None:
         self.received_lsn = start_lsn  # highest WAL position received from the server
         self.flushed_lsn = start_lsn  # highest position the sink has finished with
+        self.on_done = on_done  # called with the commit time of each finished transaction that has one
         self._entries: deque[Entry] = deque()
+
+    def oldest_commit_time(self) -> float | None:
+        """Commit time of the oldest transaction not finished yet (for lag in seconds)."""
+        try:
+            return self._entries[0].commit_time  # read from the metrics thread: no iteration
+        except IndexError:
+            return None
 
     @property
     def pending(self) -> int:
@@ -35,9 +45,9 @@ class Progress:
     def received(self, lsn: int) -> None:
         self.received_lsn = max(self.received_lsn, lsn)
 
-    def open(self, end_lsn: int) -> Entry:
+    def open(self, end_lsn: int, commit_time: float | None = None) -> Entry:
         """Start tracking a transaction that ends at ``end_lsn``; call ``seal`` when all its work is handed over."""
-        entry = Entry(end_lsn)
+        entry = Entry(end_lsn, commit_time)
         self._entries.append(entry)
         return entry
 
@@ -65,5 +75,7 @@ class Progress:
     def _advance(self) -> None:
         entries = self._entries
         while entries and entries[0].sealed and entries[0].outstanding == 0:
-            lsn = entries.popleft().end_lsn
-            self.flushed_lsn = max(self.flushed_lsn, lsn)
+            entry = entries.popleft()
+            self.flushed_lsn = max(self.flushed_lsn, entry.end_lsn)
+            if self.on_done is not None and entry.commit_time is not None:
+                self.on_done(entry.commit_time)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import base64
 import json
+from collections import Counter
 from collections.abc import Callable
 from typing import BinaryIO
 
 from cdcd.assembly import Transaction
-from cdcd.lsn import format_lsn
+from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Value
 from cdcd.progress import Progress
 from cdcd.sink import OP_CODES, SessionContext
@@ -62,6 +63,14 @@ class JsonLinesSink:
         # relation id -> (the Relation, its row writer, the line's opening by op)
         self._writers: dict[int, tuple[Relation, RowWriter, dict[str, str]]] = {}
         self.rows_written = 0
+        self.events: Counter[tuple[str, str]] = Counter()  # (table, op) -> lines written
+        self.delivery_errors = 0
+
+    def in_flight(self) -> int:
+        return 0  # written synchronously
+
+    def ready(self) -> bool:
+        return not self.out.closed
 
     def _writer(self, relation: Relation) -> tuple[Relation, RowWriter, dict[str, str]]:
         cached = self._writers.get(relation.relation_id)
@@ -72,16 +81,20 @@ class JsonLinesSink:
         return cached
 
     def write_transaction(self, txn: Transaction, progress: Progress) -> None:
-        entry = progress.open(txn.end_lsn)
+        entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
+        events = self.events
         tail = f',"xid":{txn.xid},"commit_lsn":"{format_lsn(txn.commit_lsn)}","lsn":"'
         lines = []
         for change in txn.changes():
             if isinstance(change, RowChange):
                 lines.append(self._row_line(change, tail))
+                events[f"{change.relation.schema}.{change.relation.name}", OP_CODES[change.op]] += 1
             elif isinstance(change, Truncate):
                 lines.extend(self._truncate_lines(change, tail))
+                events.update((f"{r.schema}.{r.name}", "t") for r in change.relations)
             else:
                 lines.append(self._message_line(change, tail))
+                events["", "m"] += 1
             if len(lines) >= 4096:
                 self._emit(lines)
         self._emit(lines)
@@ -90,6 +103,7 @@ class JsonLinesSink:
 
     def write_message(self, message: LogicalMessage, progress: Progress) -> None:
         entry = progress.open(message.lsn)
+        self.events["", "m"] += 1
         self._emit([self._message_line(message, ',"xid":null,"commit_lsn":null,"lsn":"')])
         self.out.flush()
         progress.seal(entry)

@@ -59,10 +59,11 @@ def topic_name(prefix: str, schema: str, table: str) -> str:
 class _Table:
     """What producing for one Relation (one schema version of a table) needs."""
 
-    __slots__ = ("encoder", "key_header", "relation", "topic", "value_header")
+    __slots__ = ("encoder", "key_header", "label", "relation", "topic", "value_header")
 
     def __init__(self, relation: Relation, encoder: EnvelopeEncoder, topic: str, key_id: int | None, value_id: int):
         self.relation = relation
+        self.label = f"{relation.schema}.{relation.name}"  # the metrics' table label
         self.encoder = encoder
         self.topic = topic
         self.key_header = None if key_id is None else _WIRE_HEADER.pack(0, key_id)
@@ -89,7 +90,14 @@ class _Emit:
     __slots__ = ("acked", "counts", "entry", "now_us", "progress", "total", "txn_id")
 
     def __init__(
-        self, progress: Progress, entry: Entry, failed: Callable[[str, KafkaError], None], txn_id: str, now_us: int
+        self,
+        progress: Progress,
+        entry: Entry,
+        failed: Callable[[str, KafkaError], None],
+        txn_id: str,
+        now_us: int,
+        *,
+        clock: list[float],
     ) -> None:
         self.progress, self.entry, self.txn_id, self.now_us = progress, entry, txn_id, now_us
         self.counts: Counter[str] = Counter()
@@ -98,6 +106,7 @@ class _Emit:
         def acked(error: KafkaError | None, message: Message) -> None:
             if error is None:
                 progress.ack(entry)
+                clock[0] = time.monotonic()
             else:
                 failed(str(message.topic()), error)
 
@@ -138,6 +147,16 @@ class KafkaSink:
         self._failure: str | None = None
         self._last_commit_lsn: int | None = None
         self.produced = 0
+        self.events: Counter[tuple[str, str]] = Counter()  # (table, op) -> events produced
+        self.delivery_errors = 0
+        self._last_ack = [time.monotonic()]  # written by delivery callbacks
+
+    def in_flight(self) -> int:
+        return len(self.producer)
+
+    def ready(self) -> bool:
+        """No delivery failed, and Kafka acknowledged something within 30 s whenever messages are waiting."""
+        return self._failure is None and (len(self.producer) == 0 or time.monotonic() - self._last_ack[0] < 30)
 
     # -- the Sink protocol ----------------------------------------------------------------------
 
@@ -148,7 +167,8 @@ class KafkaSink:
 
     def write_transaction(self, txn: Transaction, progress: Progress) -> None:
         now_us = time.time_ns() // 1000
-        ctx = _Emit(progress, progress.open(txn.end_lsn), self._failed, f"{txn.xid}:{txn.commit_lsn}", now_us)
+        entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
+        ctx = _Emit(progress, entry, self._failed, f"{txn.xid}:{txn.commit_lsn}", now_us, clock=self._last_ack)
         source = SourceInfo(
             version=__version__,
             db=self.database,
@@ -170,6 +190,7 @@ class KafkaSink:
                     table = self._table(relation)
                     order = ctx.order(table.topic)
                     value = table.encoder.encode_value("t", None, None, source, change.wal_lsn, now_us, order)
+                    self.events[table.label, "t"] += 1
                     self._produce(table.topic, None, table.value_header + value, ctx)
             else:
                 self._message(change, source, ctx)
@@ -181,7 +202,7 @@ class KafkaSink:
 
     def write_message(self, message: LogicalMessage, progress: Progress) -> None:
         now_us = time.time_ns() // 1000
-        ctx = _Emit(progress, progress.open(message.lsn), self._failed, "", now_us)
+        ctx = _Emit(progress, progress.open(message.lsn), self._failed, "", now_us, clock=self._last_ack)
         source = SourceInfo(version=__version__, db=self.database, ts_us=now_us)
         self._message(message, source, ctx)
         progress.seal(ctx.entry)
@@ -216,12 +237,14 @@ class KafkaSink:
         order = ctx.order(table.topic)
         value = table.encoder.encode_value(op, old, new, source, change.wal_lsn, ctx.now_us, order)
         self._produce(table.topic, key, table.value_header + value, ctx)
+        self.events[table.label, op] += 1
         if op == "d" and self.settings.tombstones_on_delete and key is not None:
             self._produce(table.topic, key, None, ctx)
 
     def _message(self, message: LogicalMessage, source: SourceInfo, ctx: _Emit) -> None:
         topic = f"{self.settings.topic_prefix}.message"
         key, value = encode_message(self.settings.topic_prefix, message, source, ctx.now_us // 1000)
+        self.events["", "m"] += 1
         self._produce_fixed(topic, (MESSAGE_KEY, key), (message_value_schema(), value), ctx)
 
     def _metadata(self, event: TransactionEvent, ctx: _Emit) -> None:
@@ -244,6 +267,7 @@ class KafkaSink:
     # -- producing ------------------------------------------------------------------------------
 
     def _failed(self, topic: str, error: KafkaError) -> None:
+        self.delivery_errors += 1
         if self._failure is None:
             self._failure = f"delivery to {topic} failed: {error.str()}"
 

@@ -172,6 +172,20 @@ class Walsender:
         except psycopg.Error as exc:
             raise SourceDisconnected(f"catalog query failed: {_first_line(exc)}") from None
 
+    def slot_retained_wal(self) -> int | None:
+        """Bytes of WAL the server keeps for the slot (None when it cannot tell, e.g. on a standby)."""
+        if self._admin is None:
+            return None
+        try:
+            row = self._admin.execute(
+                "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint FROM pg_replication_slots WHERE slot_name = %s",
+                [self.settings.slot],
+            ).fetchone()
+        except psycopg.Error as exc:
+            log.debug("cannot read the slot's retained WAL", error=_first_line(exc))
+            return None
+        return None if row is None or row[0] is None else int(row[0])
+
     @property
     def _pgconn(self) -> pq.abc.PGconn:
         if self._repl is None:

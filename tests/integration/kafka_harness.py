@@ -3,6 +3,7 @@ schema registry."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -73,6 +74,7 @@ class Run:
             "schema_registry": {"url": self.env["CDCD_SCHEMA_REGISTRY__URL"]},
             "buffer": {"spill_dir": str(self.tmp_path / "spill"), "memory_limit": "256KiB"},
             "log": {"format": "json"},
+            "metrics": {"listen": "127.0.0.1:0"},
             **(extra or {}),
         }  # fmt: skip
         path = self.tmp_path / "run.yaml"
@@ -87,6 +89,17 @@ class Run:
             assert time.monotonic() < deadline, f"never streamed:\n{self.log.read_text()[-3000:]}"
             time.sleep(0.1)
         return self
+
+    def metrics_url(self, timeout: float = 30) -> str:
+        """http://127.0.0.1:<port> of the daemon's metrics endpoint (it picks a free port and logs it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log.read_text().splitlines():
+                if line.startswith("{") and json.loads(line).get("event") == "serving metrics":
+                    return f"http://127.0.0.1:{json.loads(line)['port']}"
+            self._check_alive()
+            time.sleep(0.1)
+        raise AssertionError(f"no 'serving metrics' line:\n{self.log.read_text()[-3000:]}")
 
     def _check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:

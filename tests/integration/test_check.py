@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 def run_cdcd(*args: str, config: Mapping[str, object], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "check.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump({"metrics": {"listen": "127.0.0.1:0"}, **config}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
     return subprocess.run(
         [sys.executable, "-m", "cdcd", *args, "--config", str(path)],

@@ -1,0 +1,159 @@
+"""Prometheus metrics, /healthz and /readyz, served from a thread.
+
+Values are read from the pipeline's own state when Prometheus scrapes (a custom collector), so the per-change
+path pays only for plain counters it keeps anyway. Only the commit-to-acknowledgement latency is a histogram,
+observed once per transaction.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import make_wsgi_app
+from prometheus_client.registry import Collector
+
+from cdcd import __version__
+
+# Commit-to-acknowledgement latency buckets, seconds: sub-second when keeping up, minutes when Kafka is away.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+@dataclass
+class State:
+    """What the pipeline reports; read by the collector at scrape time (plain values: no locking needed)."""
+
+    received_lsn: int = 0  # highest server WAL position seen (XLogData or keepalive wal_end)
+    flushed_lsn: int = 0  # confirmed to PostgreSQL
+    oldest_unacked_commit: Callable[[], float | None] = lambda: None  # unix seconds, None when nothing pending
+    slot_retained_wal_bytes: int | None = None
+    transactions: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, outcome) -> count
+    open_streamed: Callable[[], int] = lambda: 0
+    buffer_bytes: Callable[[], tuple[int, int]] = lambda: (0, 0)  # (memory, spilled)
+    filtered: dict[str, int] = field(default_factory=dict)  # by table
+    postgresql_up: bool = False
+    streaming: bool = False
+    heartbeat: float = field(default_factory=time.monotonic)  # the main loop's last pass
+
+
+class SinkMetrics(Protocol):
+    """The part of ``cdcd.sink.Sink`` metrics read."""
+
+    @property
+    def events(self) -> Mapping[tuple[str, str], int]: ...
+    @property
+    def delivery_errors(self) -> int: ...
+
+    def in_flight(self) -> int: ...
+    def ready(self) -> bool: ...
+
+
+class PipelineCollector(Collector):
+    def __init__(self, state: State, sink: SinkMetrics) -> None:
+        self.state, self.sink = state, sink
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.state
+        yield _gauge("cdcd_build_info", "cdcd version", 1, version=__version__, python=platform.python_version())
+        yield _gauge("cdcd_received_lsn", "Highest WAL position received from the server", s.received_lsn)
+        yield _gauge("cdcd_flushed_lsn", "WAL position confirmed to PostgreSQL (everything before it delivered)",
+                     s.flushed_lsn)  # fmt: skip
+        yield _gauge("cdcd_replication_lag_bytes", "Server WAL end minus the confirmed position",
+                     max(0, s.received_lsn - s.flushed_lsn))  # fmt: skip
+        oldest = s.oldest_unacked_commit()
+        lag_s = 0.0 if oldest is None else max(0.0, time.time() - oldest)
+        yield _gauge("cdcd_replication_lag_seconds", "Age of the oldest committed change not yet acknowledged by"
+                     " the sink; 0 when everything is delivered", lag_s)  # fmt: skip
+        if s.slot_retained_wal_bytes is not None:
+            yield _gauge("cdcd_slot_retained_wal_bytes", "WAL the slot keeps on the server (current WAL - restart_lsn)",
+                         s.slot_retained_wal_bytes)  # fmt: skip
+        yield _labelled(CounterMetricFamily("cdcd_events", "Change events written, by table and op",
+                                            labels=["table", "op"]), self.sink.events)  # fmt: skip
+        filtered = {(table,): count for table, count in list(s.filtered.items())}
+        yield _labelled(CounterMetricFamily("cdcd_filtered_events", "Changes dropped by row filters, by table",
+                                            labels=["table"]), filtered)  # fmt: skip
+        yield _labelled(CounterMetricFamily("cdcd_transactions", "Transactions by kind and outcome",
+                                            labels=["kind", "outcome"]), s.transactions)  # fmt: skip
+        yield _gauge("cdcd_open_streamed_transactions", "Streamed transactions buffered until commit",
+                     s.open_streamed())  # fmt: skip
+        memory, spilled = s.buffer_bytes()
+        buffers = GaugeMetricFamily("cdcd_buffer_bytes", "Buffered changes of open transactions", labels=["state"])
+        buffers.add_metric(["memory"], memory)
+        buffers.add_metric(["spilled"], spilled)
+        yield buffers
+        yield _gauge("cdcd_in_flight_messages", "Messages handed to the sink and not yet acknowledged",
+                     self.sink.in_flight())  # fmt: skip
+        errors = CounterMetricFamily("cdcd_delivery_errors", "Messages the sink failed to deliver")
+        errors.add_metric([], self.sink.delivery_errors)
+        yield errors
+        up = GaugeMetricFamily("cdcd_connected", "1 when connected", labels=["target"])
+        up.add_metric(["postgresql"], int(s.postgresql_up))
+        up.add_metric(["sink"], int(self.sink.ready()))
+        yield up
+
+
+def _gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamily:
+    gauge = GaugeMetricFamily(name, doc, labels=list(labels))
+    gauge.add_metric(list(labels.values()), value)
+    return gauge
+
+
+def _labelled(family: CounterMetricFamily, values: Mapping[Any, int]) -> CounterMetricFamily:
+    for labels, value in list(values.items()):
+        family.add_metric(list(labels), value)
+    return family
+
+
+class Metrics:
+    """The registry, the latency histogram and the HTTP endpoint."""
+
+    def __init__(self, state: State, sink: SinkMetrics, health_timeout_s: float) -> None:
+        self.state, self.sink, self.health_timeout_s = state, sink, health_timeout_s
+        self.registry = CollectorRegistry()
+        self.registry.register(PipelineCollector(state, sink))
+        self.latency = Histogram("cdcd_commit_to_ack_seconds", "From a transaction's commit on the server until"
+                                 " it and every earlier one are acknowledged by the sink", buckets=LATENCY_BUCKETS,
+                                 registry=self.registry)  # fmt: skip
+        self._server: WSGIServer | None = None
+
+    def observe_done(self, commit_unix_s: float) -> None:
+        self.latency.observe(max(0.0, time.time() - commit_unix_s))
+
+    def healthy(self) -> bool:
+        return time.monotonic() - self.state.heartbeat < self.health_timeout_s
+
+    def ready(self) -> bool:
+        return self.healthy() and self.state.streaming and self.sink.ready()
+
+    def serve(self, host: str, port: int) -> int:
+        """Start serving in a daemon thread; return the bound port (``port`` 0 picks a free one)."""
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path in ("/healthz", "/readyz"):
+                ok = self.healthy() if path == "/healthz" else self.ready()
+                start("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+                return [b"ok\n" if ok else b"not ready\n"]
+            return metrics_app(environ, start)  # type: ignore[no-any-return]
+
+        self._server = make_server(host, port, app, handler_class=_QuietHandler)
+        threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True).start()
+        return int(self._server.server_address[1])
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return None  # scrapes every few seconds would flood the log

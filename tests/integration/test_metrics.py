@@ -1,0 +1,65 @@
+"""`cdcd run` serves Prometheus metrics, /healthz and /readyz that follow a real workload."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cdcd.lsn import parse_lsn
+from tests.integration.conftest import Database
+from tests.integration.kafka_harness import Run
+from tests.integration.workload import SCHEMA
+
+pytestmark = pytest.mark.integration
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def scrape(base: str) -> Samples:
+    status, text = get(base + "/metrics")
+    assert status == 200
+    families = text_string_to_metric_families(text)
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+
+
+def test_metrics_follow_a_workload(run: Run, db: Database) -> None:
+    db.execute(SCHEMA)
+    run.start()
+    base = run.metrics_url()
+    deadline = time.monotonic() + 30
+    while get(base + "/readyz")[0] != 200:
+        assert time.monotonic() < deadline, "never ready"
+        time.sleep(0.2)
+    assert get(base + "/healthz")[0] == 200
+    db.execute("INSERT INTO items SELECT g, 'v' || g, g FROM generate_series(1, 500) g")
+    db.execute("UPDATE items SET n = -n WHERE id <= 10")
+    db.execute("DELETE FROM items WHERE id > 495")
+    run.sync()
+    synced = parse_lsn(db.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                                  [run.slot])[0][0])  # fmt: skip
+    got = scrape(base)
+    table = ("table", "public.items")
+    assert got["cdcd_events_total", (("op", "c"), table)] == 500
+    assert got["cdcd_events_total", (("op", "u"), table)] == 10
+    assert got["cdcd_events_total", (("op", "d"), table)] == 5
+    assert got["cdcd_transactions_total", (("kind", "plain"), ("outcome", "commit"))] >= 3
+    assert got["cdcd_flushed_lsn", ()] >= synced
+    assert got["cdcd_replication_lag_seconds", ()] == 0  # everything acknowledged
+    assert got["cdcd_slot_retained_wal_bytes", ()] > 0
+    assert got["cdcd_commit_to_ack_seconds_count", ()] >= 3
+    assert got["cdcd_connected", (("target", "postgresql"),)] == 1
+    assert got["cdcd_connected", (("target", "sink"),)] == 1
+    assert got["cdcd_delivery_errors_total", ()] == 0
+    assert run.stop() == 0
