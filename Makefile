@@ -14,6 +14,8 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# kustomize renders deploy/kubernetes in the tests (from the Go module proxy)
+	GOBIN=$(abspath $(BIN)) go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
 	touch $@
 
 stack:

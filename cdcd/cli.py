@@ -25,6 +25,7 @@ from cdcd.filters import FilterFailure
 from cdcd.logging import configure
 from cdcd.lsn import format_lsn
 from cdcd.metrics import Metrics
+from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError
 from cdcd.pipeline import Pipeline
 from cdcd.sink import Sink, SinkFailure
@@ -118,9 +119,15 @@ def _serve_metrics(settings: Settings, pipeline: Pipeline, sink: Sink) -> Metric
 def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
     sink, opened = _sink(settings, output)
     stop = threading.Event()
+    notifier = Notifier.from_environment()  # systemd Type=notify: READY, WATCHDOG, STOPPING
+
+    def stopping(*_: object) -> None:
+        notifier.stopping("flushing the sink, then a final status update")
+        stop.set()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    pipeline = Pipeline(settings, sink, stop)
+        signal.signal(signum, stopping)
+    pipeline = Pipeline(settings, sink, stop, notifier)
     log = structlog.get_logger("cdcd")
     try:
         metrics = _serve_metrics(settings, pipeline, sink) if serve_metrics else None

@@ -21,6 +21,7 @@ from cdcd.config import Settings
 from cdcd.filters import FilterPlan, FilterStats, RowFilter
 from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.metrics import State
+from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Message, RowChange
 from cdcd.progress import Progress
@@ -47,8 +48,11 @@ class Stats:
 
 
 class Pipeline:
-    def __init__(self, settings: Settings, sink: Sink, stop: threading.Event | None = None) -> None:
+    def __init__(
+        self, settings: Settings, sink: Sink, stop: threading.Event | None = None, notifier: Notifier | None = None
+    ) -> None:
         self.settings = settings
+        self.notifier = notifier or Notifier(None)
         self.sink = sink
         self.stop = stop or threading.Event()
         self.progress = Progress()
@@ -83,6 +87,8 @@ class Pipeline:
                 self.stats.reconnects += 1
                 self.state.postgresql_up = self.state.streaming = False
                 self.state.heartbeat = time.monotonic()  # waiting to retry is the loop working
+                self.notifier.watchdog()
+                self.notifier.status(f"reconnecting: {exc}")
                 log.warning("source disconnected; retrying", error=str(exc), retry_in_s=round(delay, 2),
                             flushed_lsn=format_lsn(self.progress.flushed_lsn))  # fmt: skip
                 if self.stop.wait(delay):
@@ -100,6 +106,7 @@ class Pipeline:
                 decoder = Decoder(info.encoding, parallel_streaming=info.parallel_streaming)
                 self.rowfilter = self._rowfilter(info.filter_plan, walsender)
                 self.state.postgresql_up = self.state.streaming = True
+                self.notifier.ready(f"streaming from slot {source.slot}")
                 keep_alive = partial(self._status_if_due, walsender)
                 self.sink.start_session(SessionContext(info.database, decoder.types, keep_alive))
                 self._stream(walsender, decoder, assembler)
@@ -141,6 +148,7 @@ class Pipeline:
         """Refresh what metrics read; now and then ask the server how much WAL the slot retains."""
         state, now = self.state, time.monotonic()
         state.heartbeat = now
+        self.notifier.watchdog()
         state.received_lsn, state.flushed_lsn = self.progress.received_lsn, self.progress.flushed_lsn
         if now >= self._next_slot_check:
             self._next_slot_check = now + self.settings.metrics.slot_check_interval_s
@@ -148,6 +156,7 @@ class Pipeline:
 
     def _status_if_due(self, walsender: Walsender) -> None:
         self.state.heartbeat = time.monotonic()  # also called while blocked on a full sink queue
+        self.notifier.watchdog()
         if time.monotonic() >= self._next_status:
             self._send_status(walsender)
 

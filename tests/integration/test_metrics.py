@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -63,3 +65,36 @@ def test_metrics_follow_a_workload(run: Run, db: Database) -> None:
     assert got["cdcd_connected", (("target", "sink"),)] == 1
     assert got["cdcd_delivery_errors_total", ()] == 0
     assert run.stop() == 0
+
+
+def test_systemd_notifications_ready_watchdog_stopping(
+    run: Run, db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under systemd (Type=notify), READY=1 comes once streaming, WATCHDOG=1 while running, STOPPING=1 on SIGTERM."""
+    db.execute(SCHEMA)
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        sock.settimeout(30)
+        monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+        monkeypatch.setenv("WATCHDOG_USEC", "1000000")  # a ping at least every 0.5 s
+        monkeypatch.delenv("WATCHDOG_PID", raising=False)
+        run.start()
+        received = [sock.recv(4096).decode()]
+        while not any("READY=1" in m for m in received) or sum("WATCHDOG=1" in m for m in received) < 2:
+            received.append(sock.recv(4096).decode())
+        slot_active = db.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", [run.slot])
+        assert slot_active == [(True,)]
+        assert run.stop() == 0
+        received += [m.decode() for m in iter(lambda: _recv(sock), b"")]
+    ready = next(m for m in received if "READY=1" in m)
+    assert f"streaming from slot {run.slot}" in ready
+    assert any("STOPPING=1" in m for m in received)
+
+
+def _recv(sock: socket.socket) -> bytes:
+    sock.settimeout(0.5)
+    try:
+        return sock.recv(4096)
+    except TimeoutError:
+        return b""
