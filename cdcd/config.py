@@ -6,13 +6,16 @@ are errors (a typo must not silently fall back to a default).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
+
+from cdcd.logging import redact, register_secret
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -70,12 +73,16 @@ class TableRef(_Section):
 
 
 class Publication(_Section):
-    name: str
+    name: str = Field(description="publication name; alone (no tables/schemas/all_tables) it must exist on the server")
     tables: list[TableRef] = Field(default_factory=list, description="FOR TABLE ..., each with an optional row filter")
     schemas: list[str] = Field(default_factory=list, description="FOR TABLES IN SCHEMA ... (no row filters)")
     all_tables: bool = Field(False, description="FOR ALL TABLES (no row filters)")
-    publish: list[PublishOp] = Field(default_factory=lambda: list(ALL_OPS))
-    publish_via_partition_root: bool = False
+    publish: list[PublishOp] = Field(
+        default_factory=lambda: list(ALL_OPS), description="operations published (the publication's publish option)"
+    )
+    publish_via_partition_root: bool = Field(
+        False, description="publish changes of partitions as changes of their partitioned root table"
+    )
 
     @property
     def defined(self) -> bool:
@@ -106,26 +113,67 @@ class Publication(_Section):
 
 
 class ReconnectSettings(_Section):
-    initial_backoff_s: float = Field(0.5, gt=0)
-    max_backoff_s: float = Field(30.0, gt=0)
+    initial_backoff_s: float = Field(0.5, gt=0, description="first wait before reconnecting; doubles each failure")
+    max_backoff_s: float = Field(30.0, gt=0, description="longest wait between reconnect attempts")
     max_attempts: int = Field(0, ge=0, description="0 retries forever")
 
 
 class SourceSettings(_Section):
     dsn: SecretStr = Field(description="libpq connection string of the source database")
-    slot: str = "cdcd"
-    create_slot: bool = True
-    temporary_slot: bool = False
-    publications: list[Publication] = Field(default_factory=lambda: [Publication(name="cdcd", all_tables=True)])
+    password_file: Path | None = Field(
+        None,
+        description="file holding the source password (e.g. a mounted Secret), read at each connect; overrides"
+        " a password in the DSN (trailing newline ignored)",
+    )
+    slot: str = Field("cdcd", description="logical replication slot (pgoutput) that keeps cdcd's position")
+    create_slot: bool = Field(True, description="create the slot when it does not exist (else it is an error)")
+    temporary_slot: bool = Field(
+        False, description="a temporary slot, dropped when the session ends (tests and one-off tails only)"
+    )
+    publications: list[Publication] = Field(
+        default_factory=lambda: [Publication(name="cdcd", all_tables=True)],
+        description="publications to stream (pgoutput publication_names)",
+    )
     manage_publications: bool = Field(
         False, description="create the publications, or alter them to match this config (before streaming starts)"
     )
-    protocol_version: int | Literal["auto"] = "auto"
-    streaming: Literal["off", "on", "parallel"] = "on"
-    messages: bool = True
-    binary: bool = False
-    status_interval_s: float = Field(10.0, gt=0)
-    reconnect: ReconnectSettings = Field(default_factory=ReconnectSettings)
+    protocol_version: int | Literal["auto"] = Field(
+        "auto", description="pgoutput protocol version 1-4; auto: the highest the server supports"
+    )
+    streaming: Literal["off", "on", "parallel"] = Field(
+        "on", description="receive large in-progress transactions as they happen (protocol 2+) instead of at commit"
+    )
+    messages: bool = Field(True, description="receive logical decoding messages (pg_logical_emit_message)")
+    binary: bool = Field(False, description="ask pgoutput for values in binary format")
+    status_interval_s: float = Field(10.0, gt=0, description="how often to confirm the flushed position to the server")
+    reconnect: ReconnectSettings = Field(
+        default_factory=ReconnectSettings, description="retries after the source connection is lost"
+    )
+
+    @field_validator("dsn")
+    @classmethod
+    def _register_password(cls, value: SecretStr) -> SecretStr:
+        """The DSN's password is masked in every log line. A malformed DSN is reported when connecting."""
+        from psycopg import ProgrammingError  # noqa: PLC0415 - psycopg loads only when a DSN is given
+        from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+        with contextlib.suppress(ProgrammingError):
+            register_secret(str(conninfo_to_dict(value.get_secret_value()).get("password") or ""))
+        return value
+
+    def read_password(self) -> str | None:
+        """The contents of password_file (None without one); raises ConfigError naming an unreadable file."""
+        if self.password_file is None:
+            return None
+        try:
+            password = self.password_file.read_text().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigError(f"cannot read source.password_file {self.password_file}: {reason}") from None
+        if not password:
+            raise ConfigError(f"source.password_file {self.password_file} is empty")
+        register_secret(password)
+        return password
 
     @field_validator("slot")
     @classmethod
@@ -152,9 +200,18 @@ class SourceSettings(_Section):
         return value
 
 
+def safe_conninfo_error(exc: BaseException) -> str:
+    """libpq's message about a malformed connection string without the fragments it quotes: they can be a
+    piece of the password (``missing "=" after "passw0rd"``, a whole URI with its user info)."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if re.fullmatch(r'invalid connection option "\w+"', message):
+        return message  # an option name, no value
+    return redact(re.sub(r'"[^"]*"', '"..."', message))
+
+
 class BufferSettings(_Section):
     memory_limit: int = Field(64 * 1024**2, description="bytes of buffered changes before spilling (e.g. 64MiB)")
-    spill_dir: Path = Path("/var/lib/cdcd/spill")
+    spill_dir: Path = Field(Path("/var/lib/cdcd/spill"), description="where buffered changes spill beyond memory_limit")
 
     @field_validator("memory_limit", mode="before")
     @classmethod
@@ -163,13 +220,15 @@ class BufferSettings(_Section):
 
 
 class KafkaSettings(_Section):
-    bootstrap_servers: str = "127.0.0.1:9092"
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka brokers, host:port[,host:port...]")
     topic_prefix: str = Field("cdcd", description="topics are <prefix>.<schema>.<table>; also Debezium's source.name")
-    create_topics: bool = True
-    partitions: int = Field(1, ge=1)
+    create_topics: bool = Field(True, description="create missing topics (else they must exist)")
+    partitions: int = Field(1, ge=1, description="partitions of topics cdcd creates")
     replication_factor: int = Field(-1, description="-1: the broker's default.replication.factor")
     topic_config: dict[str, str] = Field(default_factory=dict, description="configs for topics cdcd creates")
-    tombstones_on_delete: bool = True
+    tombstones_on_delete: bool = Field(
+        True, description="after a delete event, a tombstone (null value) for compaction"
+    )
     transaction_topic: bool = Field(True, description="BEGIN/END events with counts on <prefix>.transaction")
     producer: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="extra librdkafka producer settings (idempotence and acks=all are fixed)"
@@ -184,7 +243,7 @@ class KafkaSettings(_Section):
 
 
 class SchemaRegistrySettings(_Section):
-    url: str = "http://127.0.0.1:8081"
+    url: str = Field("http://127.0.0.1:8081", description="Confluent-compatible schema registry for the Avro schemas")
 
 
 class FilterSettings(_Section):
@@ -227,8 +286,10 @@ class MetricsSettings(_Section):
 
 
 class LogSettings(_Section):
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["auto", "json", "console"] = "auto"
+    level: Literal["debug", "info", "warning", "error"] = Field("info", description="lowest level logged")
+    format: Literal["auto", "json", "console"] = Field(
+        "auto", description="auto: console lines in a terminal, JSON lines otherwise (to stderr)"
+    )
 
 
 class Settings(BaseSettings):
@@ -269,9 +330,15 @@ def load_settings(path: Path | None) -> Settings:
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
         data = loaded or {}
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
+    except SettingsError as exc:  # an environment variable holding malformed JSON for a section or mapping
+        raise ConfigError(redact(f"invalid configuration in the environment: {exc}")) from None
+    for key, value in settings.kafka.producer.items():
+        if isinstance(value, str) and ("password" in key or "secret" in key):
+            register_secret(value)
+    return settings
 
 
 def _describe(exc: ValidationError, path: Path | None) -> str:
@@ -280,5 +347,9 @@ def _describe(exc: ValidationError, path: Path | None) -> str:
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         env = "CDCD_" + "__".join(str(p).upper() for p in error["loc"] if not isinstance(p, int))
-        lines.append(f"  - {where}: {error['msg']} (file key {where} or env {env})")
+        message = error["msg"]
+        value = error.get("input")
+        if isinstance(value, str) and len(value) >= 4 and value in message:
+            message = message.replace(value, "...")  # never echo an input: it may be a secret in the wrong key
+        lines.append(f"  - {where}: {redact(message)} (file key {where} or env {env})")
     return "\n".join(lines)

@@ -1,14 +1,74 @@
-"""structlog setup: readable console lines in a terminal, JSON lines otherwise (systemd, Kubernetes)."""
+"""structlog setup: readable console lines in a terminal, JSON lines otherwise (systemd, Kubernetes).
+
+Every line passes through :func:`redact`: ``password=...`` in any string, the password of a URL and every
+secret registered with :func:`register_secret` (the source password, SASL passwords) are masked, whatever
+logged them (an error message quoting a connection string, a library's log line, a traceback).
+"""
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import threading
 import time
+import traceback
+from collections.abc import MutableMapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from cdcd.config import LogSettings
+if TYPE_CHECKING:
+    from cdcd.config import LogSettings
+
+MASK = "***"
+_PASSWORD = re.compile(r"""(password\s*[=:]\s*)('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s,;&'"]+)""", re.IGNORECASE)
+_URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)([^@\s/]+)(@)", re.IGNORECASE)
+_secrets: set[str] = set()
+_lock = threading.Lock()
+
+
+def register_secret(value: str | None) -> None:
+    """Mask this exact value wherever it appears in a log line (values under 4 characters are not worth it:
+    they would mask unrelated text, and ``password=`` masking still applies)."""
+    if value and len(value) >= 4:
+        with _lock:
+            _secrets.add(value)
+
+
+def redact(text: str) -> str:
+    """``text`` with passwords masked: ``password=...`` (libpq conninfo, librdkafka settings), URL user info
+    and every registered secret."""
+    text = _PASSWORD.sub(lambda m: m.group(1) + MASK, text)
+    text = _URL_USERINFO.sub(lambda m: m.group(1) + MASK + m.group(3), text)
+    for secret in sorted(_secrets, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_value(v) for v in value]
+    if isinstance(value, BaseException):
+        return redact(str(value))
+    return value
+
+
+def redact_processor(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: every string value (the event, fields, a formatted exception) redacted."""
+    for key, value in event_dict.items():
+        event_dict[key] = _redact_value(value)
+    return event_dict
+
+
+def _excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
 
 
 def configure(settings: LogSettings) -> None:
@@ -22,12 +82,14 @@ def configure(settings: LogSettings) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact_processor,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, settings.level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    sys.excepthook = _excepthook  # an unexpected crash's traceback is redacted too
 
 
 class _Bridge(logging.Handler):

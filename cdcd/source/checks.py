@@ -7,9 +7,9 @@ from typing import Any
 
 import psycopg
 
-from cdcd.config import SourceSettings
+from cdcd.config import ConfigError, SourceSettings
 from cdcd.source.catalog import prepare_filters
-from cdcd.source.walsender import SourceDisconnected, connect
+from cdcd.source.walsender import SourceDisconnected, SourceError, connect
 
 
 @dataclass
@@ -22,8 +22,10 @@ class Findings:
 def check_source(settings: SourceSettings) -> Findings:
     """Every problem found (none when the source is ready)."""
     try:
-        conn = connect(settings.dsn.get_secret_value())
-    except SourceDisconnected as exc:
+        conn = connect(settings.dsn.get_secret_value(), settings.read_password())
+    except ConfigError as exc:
+        return Findings(config_errors=[str(exc)])
+    except (SourceDisconnected, SourceError) as exc:
         return Findings([str(exc)])
     with conn:
         findings = Findings()

@@ -16,8 +16,9 @@ import structlog
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from cdcd.config import ConfigError, SourceSettings
+from cdcd.config import ConfigError, SourceSettings, safe_conninfo_error
 from cdcd.filters.plan import FilterPlan
+from cdcd.logging import redact
 from cdcd.lsn import parse_lsn
 from cdcd.pgoutput.messages import Relation
 from cdcd.source.catalog import PublicationError, ancestors, prepare_filters, sync_publications
@@ -64,17 +65,22 @@ SESSION_SETTINGS = (
 )
 
 
-def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
-    """A connection with the pinned session settings; connection failures become SourceDisconnected."""
+def connect(dsn: str, password: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A connection with the pinned session settings; connection failures become SourceDisconnected.
+    ``password`` (from source.password_file) overrides the DSN's. Error messages never quote the DSN."""
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
-        raise SourceError(f"source.dsn is not a valid connection string: {_first_line(exc)}") from None
+        raise SourceError(f"source.dsn is not a valid connection string: {safe_conninfo_error(exc)}") from None
     params["options"] = f"{params.get('options') or ''} {SESSION_SETTINGS}".strip()
+    if password is not None:
+        params["password"] = password
     try:
         return psycopg.connect(make_conninfo(**params), autocommit=True, **kwargs)  # type: ignore[arg-type]
+    except psycopg.ProgrammingError as exc:
+        raise SourceError(f"source.dsn is not a valid connection string: {safe_conninfo_error(exc)}") from None
     except psycopg.OperationalError as exc:
-        raise SourceDisconnected(f"cannot connect to PostgreSQL: {_first_line(exc)}") from None
+        raise SourceDisconnected(f"cannot connect to PostgreSQL: {redact(_first_line(exc))}") from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -107,14 +113,15 @@ class Walsender:
 
     def start(self, start_lsn: int) -> SessionInfo:
         """Connect, ensure publications and slot, and enter COPY BOTH at ``start_lsn`` (0: the slot's position)."""
-        self._admin = admin = connect(self._dsn)
+        password = self.settings.read_password()
+        self._admin = admin = connect(self._dsn, password)
         server_version = admin.info.server_version
         server_encoding = admin.info.parameter_status("server_encoding") or "UTF8"
         encoding = _PY_ENCODINGS.get(server_encoding)
         if encoding is None:
             raise SourceError(f"database encoding {server_encoding} is not supported (use UTF8)")
         plan = self._prepare_publications(admin)
-        self._repl = connect(self._dsn, replication="database")
+        self._repl = connect(self._dsn, password, replication="database")
         system = self._command("IDENTIFY_SYSTEM")
         slot_created = self._ensure_slot(admin, server_version)
         proto = self.settings.protocol_version

@@ -1,0 +1,327 @@
+"""Secrets and TLS against the stack's PostgreSQL 15: a password never appears in anything cdcd prints, and
+`sslmode=verify-full` works against a server certificate from a CA made here (and fails with another CA)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from cdcd.logging import redact, register_secret
+from tests.integration.conftest import STACK, Database, PgServer, stack_env
+from tests.integration.workload import SCHEMA
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def pg15() -> PgServer:
+    subprocess.run([str(STACK), "up", "pg"], check=True, env={**os.environ, "PG_VERSION": "15"})
+    return PgServer(15, stack_env("15"))
+
+
+@pytest.fixture
+def db15(pg15: PgServer) -> Iterator[Database]:
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg15.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    database = Database(pg15, name)
+    database.execute(SCHEMA)
+    yield database
+    with psycopg.connect(pg15.dsn(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = %s", [name])
+        time.sleep(0.3)
+        for (slot,) in admin.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s", [name]):
+            admin.execute("SELECT pg_drop_replication_slot(%s)", [slot])
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@dataclass
+class Role:
+    name: str
+    password: str
+
+
+@pytest.fixture
+def role(db15: Database) -> Iterator[Role]:
+    """A least-privilege role: LOGIN REPLICATION, SELECT on the captured tables, nothing else."""
+    made = Role(f"r_{uuid.uuid4().hex[:8]}", f"S3cr3t-{uuid.uuid4().hex}")
+    db15.execute(f"CREATE ROLE {made.name} LOGIN REPLICATION PASSWORD '{made.password}'")
+    db15.execute(f"GRANT SELECT ON items, audit TO {made.name}")
+    yield made
+    with psycopg.connect(db15.server.dsn(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [made.name])
+    db15.execute(f"DROP OWNED BY {made.name}")
+    db15.execute(f"DROP ROLE {made.name}")
+
+
+def _dsn(db: Database, user: str, password: str | None = None, extra: str = "") -> str:
+    dsn = f"host=127.0.0.1 port={db.server.env['PGPORT']} dbname={db.name} user={user}"
+    return dsn + (f" password={password}" if password is not None else "") + (f" {extra}" if extra else "")
+
+
+def _config(db: Database, tmp_path: Path, **source: Any) -> dict[str, Any]:
+    return {
+        "source": {"slot": f"s_{db.name}", "publications": [{"name": "cdcd_pub"}], "status_interval_s": 0.3,
+                   "reconnect": {"initial_backoff_s": 0.1, "max_attempts": 1}, **source},
+        "sink": {"kind": "jsonl", "path": str(tmp_path / "changes.jsonl"), "flush_timeout_s": 10},
+        "buffer": {"spill_dir": str(tmp_path / "spill")},
+        "metrics": {"listen": "127.0.0.1:0"},
+        "log": {"level": "debug", "format": "json"},
+    }  # fmt: skip
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """No CDCD_* or PG* from the test's environment: only what the test gives reaches libpq."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDCD_", "PG"))}
+    return {**env, **extra}
+
+
+def cdcd(command: str, config: dict[str, Any], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / f"{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return subprocess.run([sys.executable, "-m", "cdcd", command, "--config", str(path)], capture_output=True,
+                          text=True, env=_env(**env), timeout=90, check=False)  # fmt: skip
+
+
+class Daemon:
+    """`cdcd run` in the background, its stdout and stderr captured."""
+
+    def __init__(self, db: Database, config: dict[str, Any], tmp_path: Path) -> None:
+        self.db, self.slot = db, config["source"]["slot"]
+        path = tmp_path / "run.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self.stdout, self.stderr = tmp_path / "run.stdout", tmp_path / "run.stderr"
+        with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stdout=out,
+                                         stderr=err, env=_env())  # fmt: skip
+
+    def output(self) -> str:
+        return self.stdout.read_text() + self.stderr.read_text()
+
+    def walsender_pid(self, timeout: float = 30) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = self.db.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active",
+                                   [self.slot])  # fmt: skip
+            if rows:
+                return int(rows[0][0])
+            assert self.proc.poll() is None, f"cdcd run exited {self.proc.returncode}:\n{self.output()[-3000:]}"
+            assert time.monotonic() < deadline, f"never streamed:\n{self.output()[-3000:]}"
+            time.sleep(0.1)
+
+    def caught_up(self, timeout: float = 30) -> None:
+        lsn = self.db.execute("SELECT pg_logical_emit_message(true, 'test', 'sync')")[0][0]
+        query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
+        deadline = time.monotonic() + timeout
+        while not self.db.execute(query, [lsn, self.slot])[0][0]:
+            assert time.monotonic() < deadline, f"cdcd never confirmed {lsn}:\n{self.output()[-3000:]}"
+            time.sleep(0.1)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+def _stream_some(db: Database, config: dict[str, Any], tmp_path: Path, rows: int = 50) -> tuple[str, int]:
+    """Run the daemon, commit ``rows`` inserts, wait until confirmed, stop: (everything it printed, pid)."""
+    daemon = Daemon(db, config, tmp_path)
+    try:
+        pid = daemon.walsender_pid()
+        first = db.execute("SELECT coalesce(max(id), 0) + 1 FROM items")[0][0]
+        with psycopg.connect(db.dsn(), autocommit=True) as conn:
+            for i in range(first, first + rows):
+                conn.execute("INSERT INTO items VALUES (%s, %s, %s)", [i, f"row-{i}", i])
+        daemon.caught_up()
+        assert daemon.stop() == 0, daemon.output()[-3000:]
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait()
+    changes = Path(config["sink"]["path"]).read_text()
+    assert f"row-{first + rows - 1}" in changes, "the rows did not reach the jsonl sink"
+    return daemon.output(), pid
+
+
+def test_password_never_printed(db15: Database, role: Role, tmp_path: Path) -> None:
+    printed: dict[str, str] = {}  # what cdcd printed (stdout + stderr) per case; the jsonl file is data
+
+    def check(case: str, expect: int, config: dict[str, Any], **env: str) -> str:
+        result = cdcd("check", config, tmp_path, **env)
+        printed[case] = result.stdout + result.stderr
+        assert result.returncode == expect, f"{case}: exit {result.returncode}\n{printed[case]}"
+        return printed[case]
+
+    good = _dsn(db15, role.name, role.password)
+    wrong = _dsn(db15, role.name, "Wr0ng-" + role.password)
+    password_file = tmp_path / "pgpass"
+    password_file.write_text(role.password + "\n")
+    password_file.chmod(0o600)
+    wrong_file = tmp_path / "wrong-pass"
+    wrong_file.write_text("Wr0ng-" + role.password)
+
+    check("check, password in the DSN", 0, _config(db15, tmp_path, dsn=good))
+    no_password = _dsn(db15, role.name)
+    check("check, password_file", 0, _config(db15, tmp_path, dsn=no_password, password_file=str(password_file)))
+    out = check("check, wrong password", 1, _config(db15, tmp_path, dsn=wrong))
+    assert "password authentication failed" in out
+    out = check("check, password_file overrides the DSN", 1,
+                _config(db15, tmp_path, dsn=good, password_file=str(wrong_file)))  # fmt: skip
+    assert "password authentication failed" in out
+    out = check("check, unreadable password_file", 2,
+                _config(db15, tmp_path, dsn=no_password, password_file=str(tmp_path / "missing")))  # fmt: skip
+    assert f"cannot read source.password_file {tmp_path / 'missing'}" in out
+    # Malformed DSNs: libpq quotes the fragment it could not parse, which can be the password itself.
+    for case, dsn in {
+        "bad DSN, key without =": f"host=127.0.0.1 user={role.name} password{role.password}",
+        "bad DSN, unterminated quote": f"host=127.0.0.1 password='{role.password}",
+        "bad DSN, URI": f"postgresql://{role.name}:{role.password}@127.0.0.1:5415/{db15.name} x",
+        "bad DSN, unknown option": f"{good} sslmod=require",
+    }.items():
+        out = check(case, 1, _config(db15, tmp_path, dsn=dsn))
+        assert "not a valid connection string" in out
+    # Config errors: pydantic may quote an input; a password put under the wrong key must not be echoed.
+    check("config error, password as the slot", 2, _config(db15, tmp_path, dsn=good, slot=role.password.upper()))
+    check("config error, unknown key", 2, _config(db15, tmp_path, dsn=good, password=role.password))
+    check("config error from the environment", 2, _config(db15, tmp_path, dsn="x"),
+          CDCD_SOURCE__DSN=good, CDCD_SOURCE__STATUS_INTERVAL_S=role.password)  # fmt: skip
+
+    printed["run, password in the DSN"], _ = _stream_some(db15, _config(db15, tmp_path, dsn=good), tmp_path)
+    config = _config(db15, tmp_path, dsn=_dsn(db15, role.name), password_file=str(password_file), slot="s_pwfile")
+    printed["run, password_file"], _ = _stream_some(db15, config, tmp_path)
+    failed = cdcd("run", _config(db15, tmp_path, dsn=wrong), tmp_path)
+    printed["run, wrong password"] = failed.stdout + failed.stderr
+    assert failed.returncode == 1, printed["run, wrong password"]
+    assert "password authentication failed" in printed["run, wrong password"]
+    failed = cdcd("run", _config(db15, tmp_path, dsn=f"host=127.0.0.1 password{role.password}"), tmp_path)
+    printed["run, bad DSN"] = failed.stdout + failed.stderr
+    assert failed.returncode == 1
+    assert "not a valid connection string" in printed["run, bad DSN"]
+
+    assert '"level": "debug"' in printed["run, password in the DSN"], "debug lines were not logged"
+    leaks = [case for case, text in printed.items() if role.password in text or role.password.upper() in text]
+    assert not leaks, "the password was printed:\n" + "\n\n".join(f"{c}:\n{printed[c]}" for c in leaks)
+
+
+def test_redact_masks_conninfo_urls_and_registered_secrets() -> None:
+    register_secret("hunter2-registered")
+    text = "password=abc host=x, password='a b\\' c' sasl.password: p4ss url=https://u:pw@h/x hunter2-registered"
+    assert redact(text) == "password=*** host=x, password=*** sasl.password: *** url=https://u:***@h/x ***"
+
+
+# -- TLS ----------------------------------------------------------------------------------------------------
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _make_ca(directory: Path, name: str) -> Path:
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+             "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=directory)  # fmt: skip
+    return directory / f"{name}.crt"
+
+
+@dataclass
+class Tls:
+    ca: Path
+    other_ca: Path
+
+
+@pytest.fixture
+def tls(pg15: PgServer, tmp_path: Path) -> Iterator[Tls]:
+    """SSL on the stack's PostgreSQL 15 with a server certificate signed by a CA made here; always undone."""
+    ca = _make_ca(tmp_path, "test-ca")
+    other_ca = _make_ca(tmp_path, "other-ca")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key",
+             "-out", "server.csr", cwd=tmp_path)  # fmt: skip
+    (tmp_path / "san.ext").write_text("subjectAltName = IP:127.0.0.1, DNS:localhost\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "test-ca.crt", "-CAkey", "test-ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", "san.ext", "-out", "server.crt", cwd=tmp_path)  # fmt: skip
+    # The server reads them as the postgres OS user: a directory it can enter, the key private to it.
+    server_dir = Path(tempfile.mkdtemp(prefix="cdcd-tls-"))
+    server_dir.chmod(0o755)
+    shutil.copy(tmp_path / "server.crt", server_dir / "server.crt")
+    shutil.copy(tmp_path / "server.key", server_dir / "server.key")
+    (server_dir / "server.crt").chmod(0o644)
+    (server_dir / "server.key").chmod(0o600)
+    shutil.chown(server_dir / "server.key", "postgres", "postgres")
+    with psycopg.connect(pg15.dsn(), autocommit=True) as admin:
+        try:
+            admin.execute(f"ALTER SYSTEM SET ssl_cert_file = '{server_dir / 'server.crt'}'")
+            admin.execute(f"ALTER SYSTEM SET ssl_key_file = '{server_dir / 'server.key'}'")
+            admin.execute("ALTER SYSTEM SET ssl = on")
+            admin.execute("SELECT pg_reload_conf()")
+            _wait_ssl(pg15, "on")
+            yield Tls(ca, other_ca)
+        finally:
+            for setting in ("ssl", "ssl_cert_file", "ssl_key_file"):
+                admin.execute(f"ALTER SYSTEM RESET {setting}")
+            admin.execute("SELECT pg_reload_conf()")
+            _wait_ssl(pg15, "off")
+            shutil.rmtree(server_dir)
+
+
+def _wait_ssl(pg: PgServer, state: str) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:  # a new backend sees the reloaded config
+            current = conn.execute("SHOW ssl").fetchone()
+        if current == (state,):
+            return
+        assert time.monotonic() < deadline, f"ssl stayed {current} after the reload (see the PostgreSQL 15 log)"
+        time.sleep(0.2)
+
+
+def test_tls_verify_full(db15: Database, role: Role, tls: Tls, tmp_path: Path) -> None:
+    for host in ("127.0.0.1", "localhost"):  # the certificate names both
+        dsn = _dsn(db15, role.name, role.password, f"sslmode=verify-full sslrootcert={tls.ca}").replace(
+            "host=127.0.0.1", f"host={host}"
+        )
+        result = cdcd("check", _config(db15, tmp_path, dsn=dsn), tmp_path)
+        assert result.returncode == 0, result.stderr
+        with psycopg.connect(dsn) as conn:
+            assert conn.pgconn.ssl_in_use
+            row = conn.execute("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+            assert row is not None
+            assert row[0] is True
+            assert row[1].startswith("TLS"), row
+
+    # The replication session itself is encrypted.
+    dsn = _dsn(db15, role.name, role.password, f"sslmode=verify-full sslrootcert={tls.ca}")
+    config = _config(db15, tmp_path, dsn=dsn)
+    daemon = Daemon(db15, config, tmp_path)
+    try:
+        pid = daemon.walsender_pid()
+        query = "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_replication r USING (pid) WHERE pid = %s"
+        encrypted = db15.execute(query, [pid])
+        assert encrypted == [(True,)], f"the walsender session is not encrypted: {encrypted}"
+        db15.execute("INSERT INTO items VALUES (1, 'over-tls', 1)")
+        daemon.caught_up()
+        assert daemon.stop() == 0, daemon.output()[-3000:]
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait()
+    assert "over-tls" in Path(config["sink"]["path"]).read_text()
+
+    # Another CA: the server certificate does not verify, and the message says so.
+    dsn = _dsn(db15, role.name, role.password, f"sslmode=verify-full sslrootcert={tls.other_ca}")
+    result = cdcd("check", _config(db15, tmp_path, dsn=dsn), tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "cannot connect to PostgreSQL" in result.stderr
+    assert "certificate verify failed" in result.stderr, result.stderr
+    assert role.password not in result.stdout + result.stderr
