@@ -112,6 +112,14 @@ class Daemon:
     def output(self) -> str:
         return self.stdout.read_text() + self.stderr.read_text()
 
+    def __enter__(self) -> Daemon:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:  # a failed assertion left it running
+            self.proc.kill()
+            self.proc.wait()
+
     def walsender_pid(self, timeout: float = 30) -> int:
         deadline = time.monotonic() + timeout
         while True:
@@ -138,8 +146,7 @@ class Daemon:
 
 def _stream_some(db: Database, config: dict[str, Any], tmp_path: Path, rows: int = 50) -> tuple[str, int]:
     """Run the daemon, commit ``rows`` inserts, wait until confirmed, stop: (everything it printed, pid)."""
-    daemon = Daemon(db, config, tmp_path)
-    try:
+    with Daemon(db, config, tmp_path) as daemon:
         pid = daemon.walsender_pid()
         first = db.execute("SELECT coalesce(max(id), 0) + 1 FROM items")[0][0]
         with psycopg.connect(db.dsn(), autocommit=True) as conn:
@@ -147,10 +154,6 @@ def _stream_some(db: Database, config: dict[str, Any], tmp_path: Path, rows: int
                 conn.execute("INSERT INTO items VALUES (%s, %s, %s)", [i, f"row-{i}", i])
         daemon.caught_up()
         assert daemon.stop() == 0, daemon.output()[-3000:]
-    finally:
-        if daemon.proc.poll() is None:
-            daemon.proc.kill()
-            daemon.proc.wait()
     changes = Path(config["sink"]["path"]).read_text()
     assert f"row-{first + rows - 1}" in changes, "the rows did not reach the jsonl sink"
     return daemon.output(), pid
@@ -303,8 +306,7 @@ def test_tls_verify_full(db15: Database, role: Role, tls: Tls, tmp_path: Path) -
     # The replication session itself is encrypted.
     dsn = _dsn(db15, role.name, role.password, f"sslmode=verify-full sslrootcert={tls.ca}")
     config = _config(db15, tmp_path, dsn=dsn)
-    daemon = Daemon(db15, config, tmp_path)
-    try:
+    with Daemon(db15, config, tmp_path) as daemon:
         pid = daemon.walsender_pid()
         query = "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_replication r USING (pid) WHERE pid = %s"
         encrypted = db15.execute(query, [pid])
@@ -312,10 +314,6 @@ def test_tls_verify_full(db15: Database, role: Role, tls: Tls, tmp_path: Path) -
         db15.execute("INSERT INTO items VALUES (1, 'over-tls', 1)")
         daemon.caught_up()
         assert daemon.stop() == 0, daemon.output()[-3000:]
-    finally:
-        if daemon.proc.poll() is None:
-            daemon.proc.kill()
-            daemon.proc.wait()
     assert "over-tls" in Path(config["sink"]["path"]).read_text()
 
     # Another CA: the server certificate does not verify, and the message says so.

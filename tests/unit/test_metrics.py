@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from cdcd.metrics import Metrics, State
 from cdcd.progress import Progress
+from tests.http import get, scrape
 
 
 class FakeSink:
@@ -44,24 +42,6 @@ def served() -> Iterator[Served]:
     metrics.close()
 
 
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def samples(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    status, text = get(base + "/metrics")
-    assert status == 200
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
 def test_lag_throughput_and_buffers_are_read_at_scrape_time(
     served: Served,
 ) -> None:
@@ -73,7 +53,7 @@ def test_lag_throughput_and_buffers_are_read_at_scrape_time(
     state.transactions["streamed", "abort"] = 1
     state.buffer_bytes = lambda: (4096, 1 << 20)
     progress.open(100, commit_time=time.time() - 42)
-    got = samples(base)
+    got = scrape(base)
     assert got["cdcd_replication_lag_bytes", ()] == 3800
     assert 41 <= got["cdcd_replication_lag_seconds", ()] < 50
     assert got["cdcd_events_total", (("op", "c"), ("table", "public.t"))] == 7
@@ -90,7 +70,7 @@ def test_lag_seconds_is_zero_when_everything_is_delivered(
     _, _, _, progress, base = served
     entry = progress.open(100, commit_time=time.time() - 3)
     progress.seal(entry)
-    got = samples(base)
+    got = scrape(base)
     assert got["cdcd_replication_lag_seconds", ()] == 0
     assert got["cdcd_commit_to_ack_seconds_count", ()] == 1
     assert got["cdcd_commit_to_ack_seconds_bucket", (("le", "2.5"),)] == 0
