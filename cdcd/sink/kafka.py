@@ -90,14 +90,7 @@ class _Emit:
     __slots__ = ("acked", "counts", "entry", "now_us", "progress", "total", "txn_id")
 
     def __init__(
-        self,
-        progress: Progress,
-        entry: Entry,
-        failed: Callable[[str, KafkaError], None],
-        txn_id: str,
-        now_us: int,
-        *,
-        clock: list[float],
+        self, progress: Progress, entry: Entry, failed: Callable[[str, KafkaError], None], txn_id: str, now_us: int
     ) -> None:
         self.progress, self.entry, self.txn_id, self.now_us = progress, entry, txn_id, now_us
         self.counts: Counter[str] = Counter()
@@ -106,7 +99,6 @@ class _Emit:
         def acked(error: KafkaError | None, message: Message) -> None:
             if error is None:
                 progress.ack(entry)
-                clock[0] = time.monotonic()
             else:
                 failed(str(message.topic()), error)
 
@@ -149,14 +141,15 @@ class KafkaSink:
         self.produced = 0
         self.events: Counter[tuple[str, str]] = Counter()  # (table, op) -> events produced
         self.delivery_errors = 0
-        self._last_ack = [time.monotonic()]  # written by delivery callbacks
+        self._waiting = 0  # messages in the producer at the last poll
+        self._moved_at = time.monotonic()  # when the producer's queue last shrank or was empty
 
     def in_flight(self) -> int:
         return len(self.producer)
 
     def ready(self) -> bool:
         """No delivery failed, and Kafka acknowledged something within 30 s whenever messages are waiting."""
-        return self._failure is None and (len(self.producer) == 0 or time.monotonic() - self._last_ack[0] < 30)
+        return self._failure is None and (len(self.producer) == 0 or time.monotonic() - self._moved_at < 30)
 
     # -- the Sink protocol ----------------------------------------------------------------------
 
@@ -168,7 +161,7 @@ class KafkaSink:
     def write_transaction(self, txn: Transaction, progress: Progress) -> None:
         now_us = time.time_ns() // 1000
         entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
-        ctx = _Emit(progress, entry, self._failed, f"{txn.xid}:{txn.commit_lsn}", now_us, clock=self._last_ack)
+        ctx = _Emit(progress, entry, self._failed, f"{txn.xid}:{txn.commit_lsn}", now_us)
         source = SourceInfo(
             version=__version__,
             db=self.database,
@@ -202,14 +195,22 @@ class KafkaSink:
 
     def write_message(self, message: LogicalMessage, progress: Progress) -> None:
         now_us = time.time_ns() // 1000
-        ctx = _Emit(progress, progress.open(message.lsn), self._failed, "", now_us, clock=self._last_ack)
+        ctx = _Emit(progress, progress.open(message.lsn), self._failed, "", now_us)
         source = SourceInfo(version=__version__, db=self.database, ts_us=now_us)
         self._message(message, source, ctx)
         progress.seal(ctx.entry)
 
     def poll(self) -> None:
         self.producer.poll(0)
+        self._note_progress()
         self._raise_failure()
+
+    def _note_progress(self) -> None:
+        """Kafka is acknowledging when the queue shrinks between polls (or is empty): once per poll, not per ack."""
+        waiting = len(self.producer)
+        if waiting == 0 or waiting < self._waiting:
+            self._moved_at = time.monotonic()
+        self._waiting = waiting
 
     def flush(self, timeout: float) -> bool:
         remaining = self.producer.flush(timeout)
@@ -279,6 +280,7 @@ class KafkaSink:
                 break
             except BufferError:  # the local queue is full: wait for Kafka, never drop
                 self.producer.poll(0.1)
+                self._note_progress()
                 self._raise_failure()
                 self.keep_alive()  # status updates go on while blocked, or the server drops us
         self.produced += 1

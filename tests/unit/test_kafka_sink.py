@@ -33,7 +33,7 @@ def test_definition_ignores_the_streamed_xid() -> None:
 
 def test_transaction_order_counts_per_topic_and_in_total() -> None:
     progress = Progress()
-    ctx = _Emit(progress, progress.open(10), lambda topic, error: None, "5:99", 0, clock=[0.0])
+    ctx = _Emit(progress, progress.open(10), lambda topic, error: None, "5:99", 0)
     orders = [ctx.order(topic) for topic in ("a", "b", "a", "a", "b")]
     assert [(o.total_order, o.data_collection_order) for o in orders] == [(1, 1), (2, 1), (3, 2), (4, 3), (5, 2)]
     assert {o.id for o in orders} == {"5:99"}
