@@ -6,6 +6,7 @@ Each test gets a database of its own, so slots and publications never leak betwe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -104,11 +105,17 @@ class Database:
 
 @pytest.fixture
 def db(pg: PgServer) -> Iterator[Database]:
+    with scratch_database(pg) as database:
+        yield database
+
+
+@contextlib.contextmanager
+def scratch_database(pg: PgServer) -> Iterator[Database]:
+    """A new database on ``pg``, dropped afterwards with its replication slots (their consumers terminated)."""
     name = f"t_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(pg.dsn(), autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
-    database = Database(pg, name)
-    yield database
+    yield Database(pg, name)
     with psycopg.connect(pg.dsn(), autocommit=True) as admin:
         admin.execute(
             "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = %s AND active", [name]

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from cdcd.logging import redact, register_secret
-from tests.integration.conftest import STACK, Database, PgServer, stack_env
+from tests.integration.conftest import STACK, Database, PgServer, scratch_database, stack_env
 from tests.integration.workload import SCHEMA
 
 pytestmark = pytest.mark.integration
@@ -35,18 +35,9 @@ def pg15() -> PgServer:
 
 @pytest.fixture
 def db15(pg15: PgServer) -> Iterator[Database]:
-    name = f"t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg15.dsn(), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    database = Database(pg15, name)
-    database.execute(SCHEMA)
-    yield database
-    with psycopg.connect(pg15.dsn(), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = %s", [name])
-        time.sleep(0.3)
-        for (slot,) in admin.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s", [name]):
-            admin.execute("SELECT pg_drop_replication_slot(%s)", [slot])
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with scratch_database(pg15) as database:
+        database.execute(SCHEMA)
+        yield database
 
 
 @dataclass
