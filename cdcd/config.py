@@ -257,6 +257,21 @@ class FilterSettings(_Section):
     )
 
 
+class SnapshotSettings(_Section):
+    mode: Literal["initial", "never", "initial_only", "when_needed"] = Field(
+        "initial",
+        description="initial: snapshot the captured tables when cdcd creates its slot, then stream; never: only"
+        " stream; initial_only: snapshot (with a temporary slot) and exit; when_needed: as initial, and when the"
+        " slot was lost or invalidated, create a new one and snapshot again",
+    )
+    chunk_size: int = Field(
+        10_000, ge=1, description="rows per chunk of an incremental snapshot, and per saved step of the initial one"
+    )
+    state_dir: Path = Field(
+        Path("/var/lib/cdcd/state"), description="where snapshot progress is kept, so a restart resumes it"
+    )
+
+
 class SinkSettings(_Section):
     kind: Literal["jsonl", "kafka"] = Field("jsonl", description="where `cdcd run` sends changes")
     path: str = Field("-", description="jsonl: the file to append to, - for stdout")
@@ -298,6 +313,7 @@ class Settings(BaseSettings):
     source: SourceSettings
     buffer: BufferSettings = Field(default_factory=BufferSettings)
     filters: FilterSettings = Field(default_factory=FilterSettings)
+    snapshot: SnapshotSettings = Field(default_factory=SnapshotSettings)
     sink: SinkSettings = Field(default_factory=SinkSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)

@@ -8,9 +8,10 @@ sends them again from the slot's confirmed position.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -23,20 +24,24 @@ from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.metrics import State
 from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError, Decoder
-from cdcd.pgoutput.messages import Message, RowChange
+from cdcd.pgoutput.messages import LogicalMessage, Message, RowChange
 from cdcd.progress import Progress
 from cdcd.sink import SessionContext, Sink
+from cdcd.snapshot.runner import Snapshotter, start_state
+from cdcd.snapshot.state import StateStore
 from cdcd.source.protocol import (
     XLOGDATA_PAYLOAD_OFFSET,
     parse_keepalive,
     parse_xlogdata_header,
     standby_status_update,
 )
-from cdcd.source.walsender import SourceDisconnected, Walsender
+from cdcd.source.snapshot import REQUEST_PREFIX, WATERMARK_PREFIX, SnapshotReader
+from cdcd.source.walsender import SessionInfo, SourceDisconnected, Walsender
 
 log = structlog.get_logger("cdcd.pipeline")
 
 _W, _K = ord("w"), ord("k")
+_CONTROL = (WATERMARK_PREFIX, REQUEST_PREFIX)  # cdcd's own logical decoding messages, never published
 
 
 @dataclass
@@ -45,6 +50,10 @@ class Stats:
     changes: int = 0
     reconnects: int = 0
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (plain|streamed, commit|abort)
+
+
+class _Stopped(Exception):
+    """Stop was requested during the initial snapshot."""
 
 
 class Pipeline:
@@ -63,6 +72,10 @@ class Pipeline:
         self._next_status = 0.0
         self._next_slot_check = 0.0
         self._assembler: Assembler | None = None
+        self.snapshotter: Snapshotter | None = None
+        self.snapshot_rows: Counter[str] = Counter()  # rows snapshotted, by table
+        self._captured: list[str] = []
+        self._recent_xids: deque[int] = deque(maxlen=4096)  # transactions just emitted (chunk visibility check)
         self.state = State(
             oldest_unacked_commit=self.progress.oldest_commit_time,
             transactions=self.stats.outcomes,
@@ -80,6 +93,8 @@ class Pipeline:
             try:
                 self._session()
                 return
+            except _Stopped:
+                return
             except SourceDisconnected as exc:
                 failures += 1
                 if reconnect.max_attempts and failures > reconnect.max_attempts:
@@ -96,16 +111,45 @@ class Pipeline:
                 delay = min(delay * 2, reconnect.max_backoff_s)
 
     def _session(self) -> None:
-        source = self.settings.source
+        source, mode = self.settings.source, self.settings.snapshot.mode
+        if mode == "initial_only":
+            source = source.model_copy(update={"temporary_slot": True})  # nothing streams from it afterwards
+        store = StateStore(self.settings.snapshot.state_dir, source.slot)
+        saved = None if source.temporary_slot else store.load()
         assembler = self._assembler = Assembler(self.pool)
         with Walsender(source, self.settings.filters.push_down) as walsender:
+            reader: SnapshotReader | None = None
             try:
-                info = walsender.start(self.progress.flushed_lsn)
-                log.info("streaming", slot=source.slot, protocol=info.protocol_version, server=info.server_version,
-                         slot_created=info.slot_created, start_lsn=format_lsn(info.start_lsn))  # fmt: skip
+                must_exist = None
+                if saved is not None and mode != "when_needed":
+                    must_exist = f"{store.path} shows cdcd streamed from it"
+                info = walsender.open(export_snapshot=mode != "never", replace_lost=mode == "when_needed",
+                                      must_exist=must_exist)  # fmt: skip
+                if saved is not None and info.slot_created:
+                    log.error("the slot was lost or invalidated: changes it held are gone; snapshotting again",
+                              slot=source.slot)  # fmt: skip
+                    saved = None
+                log.info("connected", slot=source.slot, protocol=info.protocol_version, server=info.server_version,
+                         slot_created=info.slot_created)  # fmt: skip
                 decoder = Decoder(info.encoding, parallel_streaming=info.parallel_streaming)
                 self.rowfilter = self._rowfilter(info.filter_plan, walsender)
-                self.state.postgresql_up = self.state.streaming = True
+                reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot)
+                self._captured = reader.captured_tables([p.name for p in source.publications])
+                created = info.consistent_point if info.slot_created else None
+                state = start_state(saved, source.slot, mode, created, self._captured)
+                store.save(state)
+                self.snapshotter = Snapshotter(reader, self.sink, self.progress, store, state, info.filter_plan,
+                                               self.settings.snapshot.chunk_size, decoder.types,
+                                               self._count_snapshot_rows)  # fmt: skip
+                self.state.postgresql_up = True
+                if info.exported_snapshot is not None and state.initial == "running":
+                    self._initial_snapshot(info, self.snapshotter, decoder)
+                    if mode == "initial_only" or self.stop.is_set():
+                        return
+                walsender.start_replication(self.progress.flushed_lsn)
+                log.info("streaming", slot=source.slot, start_lsn=format_lsn(self.progress.flushed_lsn),
+                         snapshots_queued=len(state.queue))  # fmt: skip
+                self.state.streaming = True
                 self.notifier.ready(f"streaming from slot {source.slot}")
                 keep_alive = partial(self._status_if_due, walsender)
                 self.sink.start_session(SessionContext(info.database, decoder.types, keep_alive))
@@ -113,11 +157,46 @@ class Pipeline:
             finally:
                 self.state.streaming = False
                 assembler.reset()
+                if self.snapshotter is not None:
+                    self.snapshotter.reset()
+                if reader is not None:
+                    reader.close()
             # Stopping: let the sink finish what it was handed, then confirm that much.
             if not self.sink.flush(self.settings.sink.flush_timeout_s):
                 log.warning("sink did not finish before stopping; unconfirmed work will be sent again on restart")
             self.sink.poll()
             self._send_status(walsender)
+
+    def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, decoder: Decoder) -> None:
+        """Read the tables in the slot's exported snapshot, and wait until the sink has all of it."""
+        self.notifier.ready("initial snapshot")
+        self.sink.start_session(SessionContext(info.database, decoder.types, self._beat))
+        assert info.exported_snapshot is not None
+        with contextlib.suppress(_Stopped):
+            snapshotter.run_initial(info.exported_snapshot, self._snapshot_poll)
+        while self.progress.pending and not self.stop.is_set():
+            self.sink.flush(1.0)
+            self._beat()
+        if self.stop.is_set():
+            self.sink.flush(self.settings.sink.flush_timeout_s)
+            self.sink.poll()  # saves the progress of what was acknowledged: a restart resumes after it
+            return
+        snapshotter.initial_finished()
+        log.info("initial snapshot done", rows=self.snapshot_rows.total(), consistent_point=format_lsn(
+            info.consistent_point or 0))  # fmt: skip
+
+    def _count_snapshot_rows(self, table: str, rows: int) -> None:
+        self.snapshot_rows[table] += rows
+
+    def _beat(self) -> None:
+        self.state.heartbeat = time.monotonic()
+        self.notifier.watchdog()
+
+    def _snapshot_poll(self) -> None:
+        self.sink.poll()
+        self._beat()
+        if self.stop.is_set():
+            raise _Stopped
 
     def _stream(self, walsender: Walsender, decoder: Decoder, assembler: Assembler) -> None:
         progress = self.progress
@@ -138,6 +217,9 @@ class Pipeline:
                 else:
                     raise DecodeError("CopyData", 0, f"unknown replication frame type {chr(kind)!r}")
             self.sink.poll()
+            snapshotter = self.snapshotter
+            if snapshotter is not None and snapshotter.pending and self.sink.in_flight() < 50_000:
+                snapshotter.next_chunk(self._recent_xids)
             self._report(walsender)
             if reply:
                 self._send_status(walsender)
@@ -176,6 +258,8 @@ class Pipeline:
                     assembler.feed(message)  # a row change never finishes anything
                 return
             assert message is not None
+            if message.__class__ is LogicalMessage and not self._keep_message(message):
+                return
             aborted = assembler.aborted_transactions
             event = assembler.feed(message)
         except DecodeError as exc:
@@ -189,9 +273,22 @@ class Pipeline:
             self.stats.outcomes["streamed" if event.streamed else "plain", "commit"] += 1
             self.stats.transactions += 1
             self.stats.changes += event.change_count
+            snapshotter = self.snapshotter
+            if snapshotter is not None and snapshotter.window is not None:
+                event.tap = snapshotter.observe
             self.sink.write_transaction(event, self.progress)
+            self._recent_xids.append(event.xid)
+        elif event.prefix in _CONTROL and self.snapshotter is not None:
+            if event.prefix == WATERMARK_PREFIX:
+                self.snapshotter.watermark(event)
+            else:
+                self.snapshotter.request(event, self._captured)
         else:
             self.sink.write_message(event, self.progress)
+
+    def _keep_message(self, message: LogicalMessage) -> bool:
+        """Messages are always requested (snapshot watermarks); the user's go on only with source.messages."""
+        return self.settings.source.messages or (not message.transactional and message.prefix in _CONTROL)
 
     def _send_status(self, walsender: Walsender) -> None:
         self._next_status = time.monotonic() + self.settings.source.status_interval_s

@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 
 class Entry:
-    __slots__ = ("commit_time", "end_lsn", "outstanding", "sealed")
+    __slots__ = ("commit_time", "done", "end_lsn", "outstanding", "sealed")
 
-    def __init__(self, end_lsn: int, commit_time: float | None) -> None:
+    def __init__(self, end_lsn: int, commit_time: float | None, done: Callable[[], None] | None = None) -> None:
+        self.done = done  # called once the entry is finished (after every entry before it)
         self.end_lsn = end_lsn
         self.commit_time = commit_time  # unix seconds of the commit on the server, when known
         self.outstanding = 0
@@ -45,9 +46,10 @@ class Progress:
     def received(self, lsn: int) -> None:
         self.received_lsn = max(self.received_lsn, lsn)
 
-    def open(self, end_lsn: int, commit_time: float | None = None) -> Entry:
-        """Start tracking a transaction that ends at ``end_lsn``; call ``seal`` when all its work is handed over."""
-        entry = Entry(end_lsn, commit_time)
+    def open(self, end_lsn: int, commit_time: float | None = None, done: Callable[[], None] | None = None) -> Entry:
+        """Start tracking a transaction that ends at ``end_lsn``; call ``seal`` when all its work is handed over.
+        ``done`` is called when it is finished."""
+        entry = Entry(end_lsn, commit_time, done)
         self._entries.append(entry)
         return entry
 
@@ -79,3 +81,5 @@ class Progress:
             self.flushed_lsn = max(self.flushed_lsn, entry.end_lsn)
             if self.on_done is not None and entry.commit_time is not None:
                 self.on_done(entry.commit_time)
+            if entry.done is not None:
+                entry.done()

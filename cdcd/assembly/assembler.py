@@ -58,6 +58,7 @@ class Transaction:
     buffer: ChangeBuffer = field(repr=False)
     origin: str | None = None
     gid: str | None = None
+    tap: Callable[[Change], None] | None = None  # sees every change as ``changes()`` yields it
 
     @property
     def change_count(self) -> int:
@@ -65,7 +66,13 @@ class Transaction:
 
     def changes(self) -> Iterator[Change]:
         try:
-            yield from self.buffer
+            tap = self.tap
+            if tap is None:
+                yield from self.buffer
+            else:
+                for change in self.buffer:
+                    tap(change)
+                    yield change
         finally:
             self.buffer.close()
 

@@ -95,6 +95,19 @@ class FilterPlan:
             ops[op] = None if unfiltered or not covered else tuple(filters)
         return RelationFilters(ops["insert"], ops["update"], ops["delete"], tuple(uncovered))
 
+    def copy_filters(self, table: str, ancestors: Collection[str] = ()) -> tuple[ParsedFilter, ...] | None:
+        """The filters a snapshot of ``table`` applies, ORed (None: every row). As PostgreSQL's initial data
+        synchronization: every covering publication counts, whatever operations it publishes."""
+        filters = []
+        for publication in self.publications:
+            if not self._covers(publication, table, ancestors):
+                continue
+            parsed = self._where.get((publication.name, table))
+            if parsed is None:
+                return None
+            filters.append(parsed)
+        return tuple(filters) or None
+
     def _covers(self, publication: Publication, table: str, ancestors: Collection[str]) -> bool:
         if publication.all_tables or table.split(".", maxsplit=1)[0] in publication.schemas:
             return True

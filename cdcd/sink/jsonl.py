@@ -18,6 +18,7 @@ from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Value
 from cdcd.progress import Progress
 from cdcd.sink import OP_CODES, SessionContext
+from cdcd.snapshot import SnapshotBatch
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring
 
@@ -105,6 +106,23 @@ class JsonLinesSink:
         entry = progress.open(message.lsn)
         self.events["", "m"] += 1
         self._emit([self._message_line(message, ',"xid":null,"commit_lsn":null,"lsn":"')])
+        self.out.flush()
+        progress.seal(entry)
+
+    def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None:
+        entry = progress.open(batch.lsn, None, batch.done)
+        relation = batch.relation
+        _, write, _ = self._writer(relation)
+        lsn = format_lsn(batch.lsn)
+        head = f'{{"op":"r","schema":{_quote(relation.schema)},"table":{_quote(relation.name)},"before":null,"after":'
+        last = len(batch.rows) - 1
+        lines = []
+        for i, row in enumerate(batch.rows):
+            marker = "first" if i == 0 and batch.first else "last" if i == last and batch.last else batch.marker
+            tail = f',"snapshot":"{marker}","xid":null,"commit_lsn":"{lsn}","lsn":"{lsn}"}}'
+            lines.append(f"{head}{write(row, False)[0]}{tail}")
+        self.events[f"{relation.schema}.{relation.name}", "r"] += len(lines)
+        self._emit(lines)
         self.out.flush()
         progress.seal(entry)
 

@@ -19,6 +19,7 @@ import struct
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -44,6 +45,7 @@ from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage, Relation, RowChange, Truncate, Type
 from cdcd.progress import Entry, Progress
 from cdcd.sink import OP_CODES, SessionContext, SinkFailure
+from cdcd.snapshot import SnapshotBatch
 
 log = structlog.get_logger("cdcd.sink.kafka")
 
@@ -198,6 +200,25 @@ class KafkaSink:
         ctx = _Emit(progress, progress.open(message.lsn), self._failed, "", now_us)
         source = SourceInfo(version=__version__, db=self.database, ts_us=now_us)
         self._message(message, source, ctx)
+        progress.seal(ctx.entry)
+
+    def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None:
+        now_us = time.time_ns() // 1000
+        ctx = _Emit(progress, progress.open(batch.lsn, None, batch.done), self._failed, "", now_us)
+        table = self._table(batch.relation)
+        encode, key_header, value_header = table.encoder.encode_value, table.key_header, table.value_header
+        encode_key = table.encoder.encode_key
+        lsn, topic = batch.lsn, table.topic
+        source = SourceInfo(version=__version__, db=self.database, ts_us=batch.ts_us, snapshot=batch.marker,
+                            commit_lsn=lsn)  # fmt: skip
+        last = len(batch.rows) - 1
+        for i, row in enumerate(batch.rows):
+            marked = source
+            if (i == 0 and batch.first) or (i == last and batch.last):
+                marked = replace(source, snapshot="first" if i == 0 and batch.first else "last")
+            key = None if key_header is None else key_header + encode_key(row)
+            self._produce(topic, key, value_header + encode("r", None, row, marked, lsn, now_us), ctx)
+        self.events[table.label, "r"] += len(batch.rows)
         progress.seal(ctx.entry)
 
     def poll(self) -> None:

@@ -48,9 +48,10 @@ class SessionInfo:
     protocol_version: int
     encoding: str
     slot_created: bool
-    start_lsn: int
     streaming: str
     filter_plan: FilterPlan
+    consistent_point: int | None = None  # where a slot created now starts
+    exported_snapshot: str | None = None  # the snapshot it exported, valid until START_REPLICATION
 
     @property
     def parallel_streaming(self) -> bool:
@@ -111,8 +112,12 @@ class Walsender:
 
     # -- setup --------------------------------------------------------------------------------
 
-    def start(self, start_lsn: int) -> SessionInfo:
-        """Connect, ensure publications and slot, and enter COPY BOTH at ``start_lsn`` (0: the slot's position)."""
+    def open(
+        self, export_snapshot: bool = False, replace_lost: bool = False, must_exist: str | None = None
+    ) -> SessionInfo:
+        """Connect, ensure publications and slot. ``export_snapshot``: a slot created now exports its snapshot.
+        ``replace_lost``: drop and recreate a slot PostgreSQL invalidated (its WAL is gone). ``must_exist``: the
+        reason the slot should exist (a missing one is then an error, not created)."""
         password = self.settings.read_password()
         self._admin = admin = connect(self._dsn, password)
         server_version = admin.info.server_version
@@ -123,34 +128,40 @@ class Walsender:
         plan = self._prepare_publications(admin)
         self._repl = connect(self._dsn, password, replication="database")
         system = self._command("IDENTIFY_SYSTEM")
-        slot_created = self._ensure_slot(admin, server_version)
+        created = self._ensure_slot(admin, server_version, export_snapshot, replace_lost, must_exist)
         proto = self.settings.protocol_version
-        proto_version = protocol_version_for(server_version) if proto == "auto" else int(proto)
-        command = start_replication_command(
-            self.settings.slot,
-            start_lsn,
-            proto_version,
-            [p.name for p in self.settings.publications],
-            streaming=self.settings.streaming,
-            messages=self.settings.messages,
-            binary=self.settings.binary,
-        )
-        result = self._pgconn.exec_(command.encode())
-        if result.status != pq.ExecStatus.COPY_BOTH:
-            raise SourceError(f"START_REPLICATION failed: {_result_error(result)}")
+        self._server_version = server_version
+        self._proto_version = protocol_version_for(server_version) if proto == "auto" else int(proto)
         return SessionInfo(
             system_id=system[0],
             timeline=int(system[1]),
             server_wal_lsn=parse_lsn(system[2]),
             database=system[3],
             server_version=server_version,
-            protocol_version=proto_version,
+            protocol_version=self._proto_version,
             encoding=encoding,
-            slot_created=slot_created,
-            start_lsn=start_lsn,
+            slot_created=created is not None,
             streaming=self.settings.streaming,
             filter_plan=plan,
+            consistent_point=None if created is None else parse_lsn(created[0]),
+            exported_snapshot=None if created is None else created[1] or None,
         )
+
+    def start_replication(self, start_lsn: int) -> None:
+        """Enter COPY BOTH at ``start_lsn`` (0: the slot's confirmed position). Messages are always requested:
+        snapshots use them as watermarks (the pipeline drops the user's when source.messages is off)."""
+        command = start_replication_command(
+            self.settings.slot,
+            start_lsn,
+            self._proto_version,
+            [p.name for p in self.settings.publications],
+            streaming=self.settings.streaming,
+            messages=True,
+            binary=self.settings.binary,
+        )
+        result = self._pgconn.exec_(command.encode())
+        if result.status != pq.ExecStatus.COPY_BOTH:
+            raise SourceError(f"START_REPLICATION failed: {_result_error(result)}")
 
     def _prepare_publications(self, admin: psycopg.Connection[Any]) -> FilterPlan:
         """Check the row filters against the tables, then (when managed) make the publications match the config.
@@ -213,14 +224,23 @@ class Walsender:
             hint = "" if self.settings.manage_publications else " (create them, or set source.manage_publications)"
             raise SourceError(f"publication(s) {', '.join(missing)} do not exist{hint}")
 
-    def _ensure_slot(self, admin: psycopg.Connection[Any], server_version: int) -> bool:
+    def _ensure_slot(
+        self,
+        admin: psycopg.Connection[Any],
+        server_version: int,
+        export: bool,
+        replace_lost: bool,
+        must_exist: str | None,
+    ) -> tuple[str, str] | None:
+        """The slot exists and fits, or is created now: then (consistent point, exported snapshot name)."""
         slot = self.settings.slot
         row = admin.execute(
-            "SELECT plugin, slot_type, database, active, active_pid FROM pg_replication_slots WHERE slot_name = %s",
+            "SELECT plugin, slot_type, database, active, active_pid, wal_status FROM pg_replication_slots"
+            " WHERE slot_name = %s",
             [slot],
         ).fetchone()
         if row is not None:
-            plugin, slot_type, database, active, active_pid = row
+            plugin, slot_type, database, active, active_pid, wal_status = row
             if slot_type != "logical" or plugin != "pgoutput":
                 raise SourceError(
                     f"slot {slot!r} exists but is a {slot_type} slot with plugin {plugin!r}, not pgoutput"
@@ -229,13 +249,30 @@ class Walsender:
                 raise SourceError(f"slot {slot!r} belongs to database {database!r}, not {admin.info.dbname!r}")
             if active:
                 raise SourceError(f"slot {slot!r} is active: another consumer (pid {active_pid}) is streaming from it")
-            return False
+            if wal_status != "lost":
+                return None
+            if not replace_lost:
+                raise SourceError(
+                    f"slot {slot!r} was invalidated (wal_status lost): the WAL it held was removed and those changes"
+                    " are gone. Set snapshot.mode: when_needed to replace it with a new slot and snapshot, or drop it"
+                )
+            log.error("slot was invalidated: the WAL it held is gone; dropping it, creating a new one and snapshotting",
+                      slot=slot)  # fmt: skip
+            admin.execute("SELECT pg_drop_replication_slot(%s)", [slot])
+        elif must_exist is not None:
+            raise SourceError(
+                f"slot {slot!r} no longer exists, though {must_exist}: the changes it held are lost. Set"
+                " snapshot.mode: when_needed to create a new slot and snapshot again"
+            )
         if not self.settings.create_slot:
             raise SourceError(f"slot {slot!r} does not exist and source.create_slot is false")
         temporary = " TEMPORARY" if self.settings.temporary_slot else ""
-        snapshot = " (SNAPSHOT 'nothing')" if server_version >= 150000 else " NOEXPORT_SNAPSHOT"
-        self._command(f"CREATE_REPLICATION_SLOT {quote_ident(slot)}{temporary} LOGICAL pgoutput{snapshot}")
-        return True
+        if server_version >= 150000:
+            snapshot = " (SNAPSHOT 'export')" if export else " (SNAPSHOT 'nothing')"
+        else:
+            snapshot = " EXPORT_SNAPSHOT" if export else " NOEXPORT_SNAPSHOT"
+        created = self._command(f"CREATE_REPLICATION_SLOT {quote_ident(slot)}{temporary} LOGICAL pgoutput{snapshot}")
+        return created[1], created[2]
 
     # -- streaming ----------------------------------------------------------------------------
 

@@ -215,6 +215,7 @@ def tail_factory(db: Database, tmp_path: Path) -> Iterator[Callable[..., Tail]]:
                 **source,
             },
             "buffer": {"spill_dir": str(tmp_path / "spill"), "memory_limit": "256KiB"},
+            "snapshot": {"state_dir": str(tmp_path / "state")},
             "log": {"level": "info", "format": "json"},
         }
         path = tmp_path / f"{slot}.yaml"

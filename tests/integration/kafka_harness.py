@@ -73,6 +73,7 @@ class Run:
                       **kafka},
             "schema_registry": {"url": self.env["CDCD_SCHEMA_REGISTRY__URL"]},
             "buffer": {"spill_dir": str(self.tmp_path / "spill"), "memory_limit": "256KiB"},
+            "snapshot": {"state_dir": str(self.tmp_path / "state"), "chunk_size": 2000},
             "log": {"format": "json"},
             "metrics": {"listen": "127.0.0.1:0"},
             **(extra or {}),

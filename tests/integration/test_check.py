@@ -117,6 +117,7 @@ def test_run_streams_to_the_configured_sink_and_stops_on_sigterm(db: Database, t
         "source": {"dsn": db.dsn(), "slot": f"s_{db.name}", "publications": [{"name": "p"}], "status_interval_s": 0.2},
         "sink": {"kind": "jsonl", "path": str(sink)},
         "buffer": {"spill_dir": str(tmp_path / "spill")},
+        "snapshot": {"state_dir": str(tmp_path / "state")},
     }
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -70,6 +70,7 @@ def _config(db: Database, tmp_path: Path, **source: Any) -> dict[str, Any]:
                    "reconnect": {"initial_backoff_s": 0.1, "max_attempts": 1}, **source},
         "sink": {"kind": "jsonl", "path": str(tmp_path / "changes.jsonl"), "flush_timeout_s": 10},
         "buffer": {"spill_dir": str(tmp_path / "spill")},
+        "snapshot": {"state_dir": str(tmp_path / "state")},
         "metrics": {"listen": "127.0.0.1:0"},
         "log": {"level": "debug", "format": "json"},
     }  # fmt: skip

@@ -1,0 +1,325 @@
+"""Snapshot orchestration: which tables to read, when, and what becomes of their rows. No psycopg, no Kafka:
+the reader and the sink are passed in.
+
+* **Initial** (``run_initial``): when cdcd creates its slot, every captured table is read in the snapshot the
+  slot exported, in chunk-key order, and written before streaming starts at the slot's consistent point.
+* **Incremental** (``next_chunk`` / ``observe`` / ``watermark``): while streaming, one chunk at a time in its own
+  transaction, with the DBLog window of ``cdcd.snapshot.window``. Queued by ``cdcd snapshot`` (a request
+  message in the WAL), for tables newly captured since the last start, and for what an interrupted initial
+  snapshot left (its exported snapshot died with the connection).
+
+Progress is saved when a chunk's rows are acknowledged; the next chunk does not wait for that.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from cdcd.filters.plan import FilterPlan
+from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, Type
+from cdcd.progress import Progress
+from cdcd.sink import Sink
+from cdcd.snapshot import SnapshotBatch
+from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
+from cdcd.snapshot.window import ChunkWindow
+from cdcd.snapshot.xids import SnapshotXids
+
+log = structlog.get_logger("cdcd.snapshot")
+
+
+class SnapshotError(RuntimeError):
+    """A snapshot cannot go on (e.g. an interrupted initial snapshot of a table without a key)."""
+
+
+class Table(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def relation(self) -> Relation: ...
+    @property
+    def key_columns(self) -> tuple[str, ...]: ...
+    @property
+    def types(self) -> tuple[Type, ...]: ...
+
+
+class Chunk(Protocol):
+    @property
+    def table(self) -> Table: ...
+    @property
+    def rows(self) -> list[Row]: ...
+    @property
+    def xids(self) -> SnapshotXids: ...
+    @property
+    def watermark(self) -> str: ...
+
+
+class Reader(Protocol):
+    def use_exported(self, snapshot_name: str) -> None: ...
+    def end_transaction(self) -> None: ...
+    def describe(self, name: str) -> Table: ...
+    def ancestors(self, relation_id: int) -> list[str]: ...
+    def rows(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]: ...
+    def chunk(self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int,
+              watermark: str) -> Chunk: ...  # fmt: skip
+
+
+def key_values(relation: Relation, key_columns: Sequence[str], row: Row) -> list[str | None]:
+    """The chunk key of ``row`` as the text values the next chunk's query compares against."""
+    names = [c.name for c in relation.columns]
+    out: list[str | None] = []
+    for k in key_columns:
+        v = row[names.index(k)]
+        out.append(v if isinstance(v, str) or v is None else str(v))
+    return out
+
+
+@dataclass
+class _Open:
+    """The chunk in flight: read, waiting for its high watermark in the stream."""
+
+    progress: TableProgress
+    window: ChunkWindow
+    relation: Relation
+    last_key: list[str | None] | None  # key of the chunk's last row read (dropped or not)
+    final: bool  # fewer rows than chunk_size: the table ends here
+
+
+@dataclass
+class Snapshotter:
+    reader: Reader
+    sink: Sink
+    progress: Progress
+    store: StateStore
+    state: SnapshotState
+    plan: FilterPlan
+    chunk_size: int
+    types: dict[int, Type]  # the decoder's Type cache: snapshot tables' user types go in too
+    on_rows: Callable[[str, int], None] = lambda table, rows: None
+    window: _Open | None = None
+    cursors: dict[str, list[str | None] | None] = field(default_factory=dict)  # id -> last key handed over
+    handed: set[str] = field(default_factory=set)  # ids whose last chunk is handed over
+
+    # -- shared -------------------------------------------------------------------------------------
+
+    def condition(self, item: TableProgress, table: Table) -> str | None:
+        """The row filters (ORed, as PostgreSQL's initial synchronization applies them), AND the request's."""
+        ancestors = self.reader.ancestors(table.relation.relation_id)
+        filters = self.plan.copy_filters(item.table, ancestors)
+        parts = []
+        if filters:
+            parts.append(" OR ".join(f"({f.sql})" for f in filters))
+        if item.where:
+            parts.append(item.where)
+        return " AND ".join(f"({p})" for p in parts) if parts else None
+
+    def _saved(
+        self, item: TableProgress, last_key: list[str | None] | None, rows: int, final: bool
+    ) -> Callable[[], None]:
+        def done() -> None:
+            item.last_key, item.rows, item.chunks = last_key, item.rows + rows, item.chunks + 1
+            if final:
+                self.state.finish(item)
+                log.info("table snapshot finished", table=item.table, kind=item.kind, rows=item.rows, id=item.id)
+            self.store.save(self.state)
+
+        return done
+
+    def _learn(self, table: Table) -> None:
+        for t in table.types:
+            self.types.setdefault(t.type_oid, t)
+
+    # -- initial --------------------------------------------------------------------------------------
+
+    def run_initial(self, snapshot_name: str, poll: Callable[[], None]) -> None:
+        """Read every queued initial table in the exported snapshot and hand the rows to the sink.
+        ``poll`` is called between chunks (sink delivery, heartbeats)."""
+        self.reader.use_exported(snapshot_name)
+        lsn = self.state.consistent_point or 0
+        held: tuple[TableProgress, Relation, list[Row], list[str | None] | None] | None = None
+        first = True
+        start = time.monotonic()
+        total = 0
+        for item in [p for p in self.state.queue if p.kind == "initial"]:
+            table = self.reader.describe(item.table)
+            self._learn(table)
+            condition = self.condition(item, table)
+            log.info("snapshotting table", table=item.table, filtered=condition is not None)
+            for rows, final in _chunks(self.reader.rows(table, condition, item.last_key), self.chunk_size):
+                if held is not None:
+                    self._write_initial(*held, lsn, first=first, last=False, final=held[0] is not item)
+                    first = False
+                key = key_values(table.relation, table.key_columns, rows[-1]) if table.key_columns else None
+                held = (item, table.relation, rows, key)
+                total += len(rows)
+                self.on_rows(item.table, len(rows))
+                if not final:
+                    poll()
+            if held is None or held[0] is not item:  # an empty table is finished at once
+                self._saved(item, item.last_key, 0, True)()
+        if held is not None:
+            self._write_initial(*held, lsn, first=first, last=True, final=True)
+        seconds = time.monotonic() - start
+        log.info("initial snapshot read", rows=total, seconds=round(seconds, 2),
+                 rows_per_s=round(total / seconds) if seconds else None)  # fmt: skip
+
+    def _write_initial(self, item: TableProgress, relation: Relation, rows: list[Row], key: list[str | None] | None,
+                       lsn: int, *, first: bool, last: bool, final: bool) -> None:  # fmt: skip
+        done = self._saved(item, key, len(rows), final)
+        self.sink.write_snapshot(
+            SnapshotBatch(relation, rows, lsn, time.time_ns() // 1000, "true", first, last, done), self.progress
+        )
+
+    def initial_finished(self) -> None:
+        self.reader.end_transaction()
+        self.state.initial = "done"
+        self.store.save(self.state)
+
+    # -- incremental ----------------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        return self.window is not None or any(p.id not in self.handed for p in self.state.queue)
+
+    def next_chunk(self, recent_xids: Sequence[int]) -> None:
+        """Read the next chunk of the first queued table unless one is in flight."""
+        if self.window is not None:
+            return
+        item = next((p for p in self.state.queue if p.id not in self.handed), None)
+        if item is None:
+            return
+        after = self.cursors.get(item.id, item.last_key)
+        watermark = uuid.uuid4().hex
+        table = self.reader.describe(item.table)
+        if not table.key_columns:
+            if item.resumed_initial:
+                raise SnapshotError(
+                    f"the initial snapshot of {item.table} was interrupted and cannot be resumed: the table has no"
+                    " primary key or replica identity index to continue by. Drop the slot and remove"
+                    f" {self.store.path} to snapshot again from the start"
+                )
+            log.error("cannot snapshot a table without a primary key or replica identity index incrementally;"
+                      " skipped", table=item.table)  # fmt: skip
+            self.state.finish(item)
+            self.store.save(self.state)
+            return
+        self._learn(table)
+        chunk = self.reader.chunk(item.table, self.condition(item, table), after, self.chunk_size, watermark)
+        if not ChunkWindow.admits(chunk.xids, recent_xids):
+            log.debug("chunk snapshot misses a transaction the stream already emitted; reading it again",
+                      table=item.table)  # fmt: skip
+            return
+        relation = chunk.table.relation
+        rows = chunk.rows
+        name = (relation.schema, relation.name)
+        window = ChunkWindow.open(name, relation, chunk.table.key_columns, rows, watermark)
+        last = key_values(relation, chunk.table.key_columns, rows[-1]) if rows else after
+        self.window = _Open(item, window, relation, last, len(rows) < self.chunk_size)
+
+    def observe(self, change: Change) -> None:
+        if self.window is not None:
+            self.window.window.observe(change)
+
+    def watermark(self, message: LogicalMessage) -> None:
+        """A watermark reached the stream: at the high watermark of the chunk in flight, write its rows."""
+        try:
+            content = json.loads(message.content)
+        except ValueError:
+            return
+        current = self.window
+        if current is None or content.get("id") != current.window.watermark or content.get("mark") != "high":
+            return
+        self.window = None
+        if current.window.invalid:
+            log.info(
+                "table changed its key columns during a chunk; reading the chunk again", table=current.progress.table
+            )
+            return
+        item, rows = current.progress, list(current.window.rows.values())
+        self.cursors[item.id] = current.last_key
+        done = self._saved(item, current.last_key, len(rows), current.final)
+        batch = SnapshotBatch(current.relation, rows, message.lsn, time.time_ns() // 1000, "incremental", done=done)
+        self.sink.write_snapshot(batch, self.progress)
+        self.on_rows(item.table, len(rows))
+        if current.final:
+            self.handed.add(item.id)  # stays queued until acknowledged; the next table goes on meanwhile
+
+    def reset(self) -> None:
+        """The session ended: a chunk in flight will never see its watermark."""
+        self.window = None
+
+    def request(self, message: LogicalMessage, captured: Sequence[str]) -> None:
+        try:
+            content = json.loads(message.content)
+        except ValueError:
+            log.warning("ignoring a malformed snapshot request", lsn=message.lsn)
+            return
+        if content.get("slot") != self.store.slot:
+            return
+        table = str(content.get("table"))
+        if table not in captured:
+            log.error("snapshot request for a table cdcd does not capture; ignored", table=table,
+                      captured=list(captured))  # fmt: skip
+            return
+        where = content.get("where") or None
+        item = TableProgress(table, "incremental", where, id=str(content.get("id") or uuid.uuid4().hex[:12]))
+        if item.id in self.state.finished or any(p.id == item.id for p in self.state.queue):
+            return  # the request was replayed after a restart
+        if self.state.enqueue(item):
+            self.store.save(self.state)
+            log.info("incremental snapshot queued", table=table, where=item.where, id=item.id)
+
+
+def _chunks(rows: Iterator[Row], size: int) -> Iterator[tuple[list[Row], bool]]:
+    """``rows`` in lists of ``size``; the flag tells whether it is the last list."""
+    batch: list[Row] = []
+    for row in rows:
+        if len(batch) == size:
+            yield batch, False
+            batch = []
+        batch.append(row)
+    if batch:
+        yield batch, True
+
+
+def start_state(
+    state: SnapshotState | None, slot: str, mode: str, created: int | None, captured: Sequence[str]
+) -> SnapshotState:
+    """What to snapshot at start. ``created``: the consistent point of a slot created now (None: it existed).
+
+    A new slot (in modes initial, initial_only, when_needed) gets an initial snapshot of every captured table.
+    An existing slot resumes what was saved: an initial snapshot that did not finish continues as incremental
+    chunks after its last saved key (its exported snapshot is gone, the stream restarts at its consistent
+    point). Tables captured since the last start get incremental snapshots (modes initial and when_needed).
+    """
+    snapshots = mode != "never"
+    if created is not None:
+        fresh = SnapshotState(slot=slot, known_tables=list(captured))
+        if snapshots:
+            fresh.initial, fresh.consistent_point = "running", created
+            fresh.queue = [TableProgress(t, "initial") for t in captured]
+        return fresh
+    if state is None:
+        if snapshots:
+            log.warning("the slot exists but no snapshot state was found: nothing is snapshotted now"
+                        " (use `cdcd snapshot --table` to snapshot a table)", slot=slot)  # fmt: skip
+        return SnapshotState(slot=slot, known_tables=list(captured))
+    for item in state.queue:
+        if item.kind == "initial":
+            item.kind, item.resumed_initial = "incremental", True
+            log.warning("initial snapshot was interrupted: continuing it incrementally", table=item.table,
+                        after_key=item.last_key, rows_done=item.rows)  # fmt: skip
+    if state.initial == "running":
+        state.initial = "done"
+    if mode in ("initial", "when_needed"):
+        for table in captured:
+            if table not in state.known_tables and state.enqueue(TableProgress(table, "incremental")):
+                log.info("table newly captured: queued for an incremental snapshot", table=table)
+    state.known_tables = list(captured)
+    return state

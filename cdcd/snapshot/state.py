@@ -1,0 +1,104 @@
+"""Snapshot progress: what is queued, how far each table got. Persisted as JSON in the state directory.
+
+A table's progress advances only after Kafka (or the JSON lines file) has every row up to ``last_key``, so a
+restart resumes after the last finished chunk. The file is replaced atomically (write, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Kind = Literal["initial", "incremental"]
+
+
+class StateError(RuntimeError):
+    """The state directory cannot be read or written, or holds a file cdcd cannot use."""
+
+
+@dataclass
+class TableProgress:
+    """One table's snapshot: ``last_key`` is the chunk key (text values) of the last row delivered."""
+
+    table: str  # schema.table
+    kind: Kind
+    where: str | None = None  # an extra condition (cdcd snapshot --where), ANDed with the row filters
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    last_key: list[str | None] | None = None
+    rows: int = 0
+    chunks: int = 0
+    resumed_initial: bool = False  # what an interrupted initial snapshot left, continued incrementally
+
+
+@dataclass
+class SnapshotState:
+    slot: str
+    system_id: str = ""
+    initial: Literal["none", "running", "done"] = "none"
+    consistent_point: int | None = None
+    queue: list[TableProgress] = field(default_factory=list)  # unfinished snapshots, in order
+    known_tables: list[str] = field(default_factory=list)  # captured tables seen at the last start
+    finished: list[str] = field(default_factory=list)  # ids of finished snapshots (latest 100)
+
+    def enqueue(self, progress: TableProgress) -> bool:
+        """Queue a snapshot unless the same table with the same condition is already queued."""
+        if any(p.table == progress.table and p.where == progress.where for p in self.queue):
+            return False
+        self.queue.append(progress)
+        return True
+
+    def finish(self, progress: TableProgress) -> None:
+        self.queue = [p for p in self.queue if p.id != progress.id]
+        self.finished = [*self.finished[-99:], progress.id]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SnapshotState:
+        queue = [TableProgress(**p) for p in data.pop("queue", [])]
+        return cls(**data, queue=queue)
+
+
+class StateStore:
+    """``<state_dir>/<slot>.snapshot.json``."""
+
+    def __init__(self, state_dir: Path, slot: str) -> None:
+        self.path = state_dir / f"{slot}.snapshot.json"
+        self.slot = slot
+
+    def load(self) -> SnapshotState | None:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StateError(f"cannot read snapshot state {self.path}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise StateError(f"snapshot state {self.path} is not valid JSON: {exc}") from None
+        try:
+            state = SnapshotState.from_json(data)
+        except TypeError as exc:
+            raise StateError(f"snapshot state {self.path} has an unexpected layout: {exc}") from None
+        if state.slot != self.slot:
+            raise StateError(f"snapshot state {self.path} belongs to slot {state.slot!r}, not {self.slot!r}")
+        return state
+
+    def save(self, state: SnapshotState) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with tmp.open("w") as f:
+                json.dump(state.to_json(), f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            tmp.replace(self.path)
+        except OSError as exc:
+            raise StateError(f"cannot write snapshot state {self.path}: {exc.strerror}") from None
+
+    def delete(self) -> None:
+        self.path.unlink(missing_ok=True)

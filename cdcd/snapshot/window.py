@@ -1,0 +1,132 @@
+"""One incremental-snapshot chunk while its window is open: the DBLog algorithm. Pure.
+
+A chunk is read in its own snapshot S (``pg_current_snapshot()`` is recorded with it), then a high watermark is
+written to the WAL. Every transaction the stream emits from then until that watermark arrives may be newer than
+what S saw, so each chunk row whose key such a transaction touched is dropped: the stream already carries a
+state at least as new. An UPDATE that left unchanged TOASTed values out is merged into the chunk row instead
+(the stream does not carry the whole row). A TRUNCATE of the table in the window drops them all. At the
+watermark the rows left are emitted, positioned after everything S could see and before everything it could not.
+
+Transactions the stream emitted *before* the chunk was read must all be visible in S. PostgreSQL writes a
+commit record before the transaction becomes visible to new snapshots, so a transaction just emitted can still
+be invisible to S: ``admits`` checks the recently emitted transaction ids, and such a chunk is read again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+
+from cdcd.avro.types import type_mapping
+from cdcd.pgoutput.messages import UNCHANGED_TOAST, Change, Relation, Row, RowChange, Truncate
+from cdcd.snapshot.xids import SnapshotXids
+
+KeyOf = Callable[[Row], Hashable]
+
+
+def key_function(relation: Relation, key_columns: tuple[str, ...]) -> KeyOf:
+    """Normalized key of a row of ``relation``: its ``key_columns`` as Avro datums, so a text value (COPY, the
+    stream's text mode) and a binary one (the stream's binary mode) of the same key compare equal."""
+    names = [c.name for c in relation.columns]
+    missing = [k for k in key_columns if k not in names]
+    if missing:
+        raise KeyError(f"{relation.schema}.{relation.name} has no column {', '.join(missing)}")
+    picks = []
+    for k in key_columns:
+        i = names.index(k)
+        col = relation.columns[i]
+        mapping = type_mapping(col.type_oid, col.type_modifier)
+        picks.append((i, mapping.from_text, mapping.from_binary))
+
+    def key(row: Row) -> Hashable:
+        out: list[object] = []
+        for i, from_text, from_binary in picks:
+            v = row[i]
+            if v is None or v is UNCHANGED_TOAST:
+                out.append(v)
+            else:
+                datum = from_text(v) if isinstance(v, str) else from_binary(v)
+                out.append(repr(datum) if isinstance(datum, (dict, list)) else datum)
+        return tuple(out)
+
+    return key
+
+
+@dataclass
+class ChunkWindow:
+    """A chunk of ``table`` waiting for its high watermark ``watermark``."""
+
+    table: tuple[str, str]  # (schema, name) as the stream's Relation messages name it
+    key_columns: tuple[str, ...]
+    watermark: str
+    rows: dict[Hashable, Row]
+    relation: Relation  # the layout of ``rows``
+    dropped: int = 0
+    merged: int = 0
+    invalid: bool = False  # a key column disappeared from the table: the chunk must be read again
+    _keys: dict[int, tuple[Relation, KeyOf]] = field(default_factory=dict)
+
+    @classmethod
+    def open(
+        cls,
+        table: tuple[str, str],
+        relation: Relation,
+        key_columns: tuple[str, ...],
+        rows: Iterable[Row],
+        watermark: str,
+    ) -> ChunkWindow:
+        key = key_function(relation, key_columns)
+        window = cls(table, key_columns, watermark, {key(r): r for r in rows}, relation)
+        window._keys[relation.relation_id] = (relation, key)
+        return window
+
+    @staticmethod
+    def admits(snapshot: SnapshotXids, recent_xids: Iterable[int]) -> bool:
+        """False when a transaction already emitted was not visible to the chunk's snapshot (read it again)."""
+        return not any(snapshot.invisible(x) for x in recent_xids)
+
+    def observe(self, change: Change) -> None:
+        """A change the stream emits inside the window (call for every change of every emitted transaction)."""
+        if change.__class__ is RowChange:
+            assert isinstance(change, RowChange)
+            rel = change.relation
+            if (rel.schema, rel.name) != self.table or not self.rows:
+                return
+            try:
+                key = self._key(rel)
+            except KeyError:
+                self.invalid = True
+                return
+            if change.new is not None and UNCHANGED_TOAST in change.new and self._merge(change, key):
+                return
+            for row in (change.old, change.new):
+                if row is not None and self.rows.pop(key(row), None) is not None:
+                    self.dropped += 1
+        elif change.__class__ is Truncate:
+            assert isinstance(change, Truncate)
+            if any((r.schema, r.name) == self.table for r in change.relations):
+                self.dropped += len(self.rows)
+                self.rows.clear()
+
+    def _merge(self, change: RowChange, key: KeyOf) -> bool:
+        """An UPDATE that left TOASTed values out does not carry the whole row, so the chunk row is not dropped:
+        it becomes the updated row, the values left out taken from the chunk (no later change to them was
+        emitted, or it would have carried them). False when that cannot be done: drop as usual."""
+        new = change.new
+        assert new is not None
+        k = key(new)
+        current = self.rows.get(k)
+        if current is None or (change.old is not None and key(change.old) != k):
+            return False
+        if change.relation.columns != self.relation.columns:
+            self.invalid = True  # a different layout than the chunk's rows: read the chunk again
+            return True
+        self.rows[k] = tuple(old if v is UNCHANGED_TOAST else v for v, old in zip(new, current, strict=True))
+        self.merged += 1
+        return True
+
+    def _key(self, relation: Relation) -> KeyOf:
+        cached = self._keys.get(relation.relation_id)
+        if cached is None or cached[0] is not relation:
+            cached = self._keys[relation.relation_id] = (relation, key_function(relation, self.key_columns))
+        return cached[1]

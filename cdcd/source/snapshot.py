@@ -1,0 +1,270 @@
+"""Reading tables for snapshots, on a regular connection (psycopg). The pure parts live in ``cdcd.snapshot``.
+
+* ``SnapshotReader.use_exported``: the initial snapshot reads in the snapshot the slot exported.
+* ``SnapshotReader.rows``: one table in chunk-key order with ``COPY (SELECT ...) TO STDOUT``, from a key on.
+* ``SnapshotReader.chunk``: an incremental chunk in its own transaction, between a low and a high watermark
+  written with ``pg_logical_emit_message``, with the ``pg_current_snapshot()`` it was read in.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+
+from cdcd.config import SourceSettings
+from cdcd.filters.expr import FilterError, parse_filter
+from cdcd.pgoutput.messages import Column, Relation, Row, Type
+from cdcd.snapshot.copy import parse_line
+from cdcd.snapshot.xids import SnapshotXids
+from cdcd.source.catalog import ancestors
+from cdcd.source.walsender import SourceDisconnected, SourceError, connect
+
+Conn = psycopg.Connection[Any]
+_T = TypeVar("_T")
+
+WATERMARK_PREFIX = "cdcd.watermark"
+REQUEST_PREFIX = "cdcd.snapshot"
+_FIRST_USER_TYPE = 10000  # pgoutput sends Type messages for types at or above FirstGenbkiObjectId
+
+
+class TableGone(LookupError):
+    """The table no longer exists (dropped or renamed since the snapshot was queued)."""
+
+
+@dataclass(frozen=True)
+class SnapshotTable:
+    """A table as a snapshot reads it: its Relation (what pgoutput would send) and its chunk key."""
+
+    name: str  # schema.table
+    relation: Relation
+    key_columns: tuple[str, ...]  # primary key or replica identity index, in index order; () when none
+    key_types: tuple[str, ...]  # format_type of each key column, for the typed key comparison
+    partitioned: bool
+    types: tuple[Type, ...]  # user-defined column types, as pgoutput Type messages
+
+
+@dataclass(frozen=True)
+class ChunkRead:
+    table: SnapshotTable
+    rows: list[Row]
+    xids: SnapshotXids
+    watermark: str  # the high watermark's id
+
+
+def _split(name: str) -> tuple[str, str]:
+    schema, table = name.split(".")
+    return schema, table
+
+
+def captured_tables(conn: Conn, publications: Sequence[str]) -> list[str]:
+    """``schema.table`` of every table the publications publish (partition roots under publish_via_partition_root)."""
+    rows = conn.execute(
+        "SELECT DISTINCT schemaname, tablename FROM pg_publication_tables WHERE pubname = ANY(%s) ORDER BY 1, 2",
+        [list(publications)],
+    ).fetchall()
+    return [f"{s}.{t}" for s, t in rows]
+
+
+def describe(conn: Conn, name: str) -> SnapshotTable:
+    row = conn.execute(
+        "SELECT c.oid, c.relkind, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+        _split(name),
+    ).fetchone()
+    if row is None:
+        raise TableGone(f"table {name} does not exist")
+    oid, relkind, identity = row
+    columns = conn.execute(
+        "SELECT a.attname, a.atttypid, a.atttypmod FROM pg_attribute a"
+        " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        [oid],
+    ).fetchall()
+    identity_cols = set(_index_columns(conn, oid, "i.indisreplident" if identity == "i" else "i.indisprimary"))
+    if identity == "f":
+        identity_cols = {c[0] for c in columns}
+    elif identity == "n":
+        identity_cols = set()
+    key = _index_columns(conn, oid, "i.indisreplident") if identity == "i" else ()
+    key = key or _index_columns(conn, oid, "i.indisprimary")
+    schema, table = _split(name)
+    relation = Relation(oid, schema, table, identity, tuple(Column(n, t, m, n in identity_cols) for n, t, m in columns))
+    types = conn.execute(
+        "SELECT t.oid, n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
+        " WHERE t.oid = ANY(%s) AND t.oid >= %s",
+        [[c[1] for c in columns], _FIRST_USER_TYPE],
+    ).fetchall()
+    key_types = tuple(
+        conn.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s AND attname = %s",
+            [oid, k],
+        ).fetchone()[0]  # type: ignore[index]
+        for k in key
+    )
+    return SnapshotTable(name, relation, key, key_types, relkind == "p", tuple(Type(*t) for t in types))
+
+
+def _index_columns(conn: Conn, oid: int, which: str) -> tuple[str, ...]:
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(attnum, o)"
+        " JOIN pg_attribute a ON a.attnum = k.attnum"
+        f" WHERE i.indrelid = %s AND a.attrelid = i.indrelid AND {which} ORDER BY k.o",
+        [oid],
+    ).fetchall()
+    return tuple(r[0] for r in rows)
+
+
+def select_sql(table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None,
+               limit: int | None) -> sql.Composed:  # fmt: skip
+    """``COPY (<select_query>) TO STDOUT``."""
+    return sql.SQL("COPY ({}) TO STDOUT").format(select_query(table, condition, after, limit))
+
+
+def select_query(table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None,
+                 limit: int | None) -> sql.Composed:  # fmt: skip
+    """``SELECT <columns> FROM [ONLY] t WHERE ... ORDER BY <key> [LIMIT n]``; ``after`` is the last key read
+    (text values, cast to the key's types)."""
+    rel = table.relation
+    target = sql.Identifier(rel.schema, rel.name)
+    columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in rel.columns)
+    where: list[sql.Composable] = []
+    if condition:
+        where.append(sql.SQL("(") + sql.SQL(condition) + sql.SQL(")"))
+    keys = [sql.Identifier(k) for k in table.key_columns]
+    if after is not None:
+        typed = [
+            sql.SQL("CAST({} AS {})").format(sql.Literal(v), sql.SQL(t))
+            for v, t in zip(after, table.key_types, strict=True)
+        ]
+        where.append(sql.SQL("({}) > ({})").format(sql.SQL(", ").join(keys), sql.SQL(", ").join(typed)))
+    query = sql.SQL("SELECT {} FROM {}{}").format(columns, sql.SQL("" if table.partitioned else "ONLY "), target)
+    if where:
+        query += sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where)
+    if keys:
+        query += sql.SQL(" ORDER BY ") + sql.SQL(", ").join(keys)
+    if limit is not None:
+        query += sql.SQL(f" LIMIT {int(limit)}")
+    return query
+
+
+class SnapshotReader:
+    """A regular connection that reads tables for snapshots and writes watermarks."""
+
+    def __init__(self, dsn: str, password: str | None, slot: str) -> None:
+        self.conn = connect(dsn, password)
+        self.slot = slot
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def use_exported(self, snapshot_name: str) -> None:
+        """Read in the snapshot CREATE_REPLICATION_SLOT exported (until ``end_transaction``)."""
+        try:
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            self.conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot use the slot's exported snapshot {snapshot_name}: {_first(exc)}") from None
+
+    def end_transaction(self) -> None:
+        self.conn.execute("COMMIT")
+
+    def captured_tables(self, publications: Sequence[str]) -> list[str]:
+        return self._guard(lambda: captured_tables(self.conn, publications))
+
+    def describe(self, name: str) -> SnapshotTable:
+        return self._guard(lambda: describe(self.conn, name))
+
+    def ancestors(self, relation_id: int) -> list[str]:
+        return self._guard(lambda: ancestors(self.conn, relation_id))
+
+    def rows(self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]:
+        """Every row of ``table`` matching ``condition``, in key order, after key ``after``."""
+        width = len(table.relation.columns)
+        try:
+            with self.conn.cursor().copy(select_sql(table, condition, after, None)) as copy:
+                for data in copy:
+                    yield parse_line(bytes(data)[:-1].decode(), width)
+        except psycopg.OperationalError as exc:
+            raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot read {table.name} for the snapshot: {_first(exc)}") from None
+
+    def chunk(self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int,
+              watermark: str) -> ChunkRead:  # fmt: skip
+        """One incremental chunk: low watermark, then in one transaction the snapshot's xids, the table's
+        description and up to ``limit`` rows after ``after``, then the high watermark."""
+        conn = self.conn
+        try:
+            self.emit(WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "low"})
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            try:
+                xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
+                table = describe(conn, name)
+                width = len(table.relation.columns)
+                with conn.cursor().copy(select_sql(table, condition, after, limit)) as copy:
+                    rows = [parse_line(bytes(data)[:-1].decode(), width) for data in copy]
+                self.emit(WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "high"})
+            finally:
+                conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
+        except psycopg.OperationalError as exc:
+            raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot read a chunk of {name}: {_first(exc)}") from None
+        return ChunkRead(table, rows, xids, watermark)
+
+    def emit(self, prefix: str, content: dict[str, Any]) -> None:
+        """A non-transactional logical decoding message: it reaches the stream at its WAL position."""
+        self.conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", [prefix, json.dumps(content)])
+
+    def _guard(self, call: Callable[[], _T]) -> _T:
+        try:
+            return call()
+        except psycopg.OperationalError as exc:
+            raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class SnapshotRequestError(ValueError):
+    """A snapshot request that cannot be honoured (table not captured, no key, bad condition)."""
+
+
+def request_snapshot(settings: SourceSettings, table: str, where: str | None) -> str:
+    """Check the request against the database, then write it into the WAL for the daemon on ``settings.slot``."""
+    condition = None
+    if where is not None:
+        try:
+            condition = parse_filter(where).sql
+        except FilterError as exc:
+            raise SnapshotRequestError(f"--where: {exc}") from None
+    conn = connect(settings.dsn.get_secret_value(), settings.read_password())
+    try:
+        captured = captured_tables(conn, [p.name for p in settings.publications])
+        if table not in captured:
+            raise SnapshotRequestError(
+                f"{table} is not published by {', '.join(p.name for p in settings.publications)}"
+                f" (captured: {', '.join(captured) or 'none'})"
+            )
+        described = describe(conn, table)
+        if not described.key_columns:
+            raise SnapshotRequestError(f"{table} has no primary key or replica identity index to chunk by")
+        try:
+            conn.execute(sql.SQL("EXPLAIN ") + select_query(described, condition, None, 1))
+        except psycopg.Error as exc:
+            raise SnapshotRequestError(f"--where does not work on {table}: {_first(exc)}") from None
+        request_id = uuid.uuid4().hex[:12]
+        content = {"slot": settings.slot, "table": table, "where": condition, "id": request_id}
+        conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", [REQUEST_PREFIX, json.dumps(content)])
+        return request_id
+    except psycopg.OperationalError as exc:
+        raise SourceDisconnected(f"connection lost: {_first(exc)}") from None
+    finally:
+        conn.close()

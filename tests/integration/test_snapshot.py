@@ -1,0 +1,333 @@
+"""Snapshots on the real stack: existing rows reach Kafka as ``r`` events, and the state rebuilt from Kafka
+equals the source tables, with writes going on during the initial snapshot, during an incremental snapshot,
+across a kill -9, and with row filters."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from tests.integration.conftest import STACK, Database, PgServer, scratch_database, stack_env
+from tests.integration.kafka_harness import Event, Run
+
+pytestmark = pytest.mark.integration
+
+BIG = """
+CREATE TABLE big (id int PRIMARY KEY, v int NOT NULL, s text, doc text);
+ALTER TABLE big ALTER COLUMN doc SET STORAGE EXTERNAL;
+INSERT INTO big SELECT g, g % 97, CASE WHEN g % 10 = 0 THEN NULL ELSE 's' || g END,
+       CASE WHEN g % 500 = 0 THEN repeat(md5(g::text), 100) END
+  FROM generate_series(1, ROWS) g;
+"""  # doc: every 500th row has a 3.2 kB value stored out of line (TOAST), unchanged by the workload's updates
+
+
+@pytest.fixture(scope="module")
+def pg15() -> PgServer:
+    subprocess.run([str(STACK), "up", "pg"], check=True, env={**os.environ, "PG_VERSION": "15"})
+    return PgServer(15, stack_env("15"))
+
+
+@pytest.fixture
+def run15(pg15: PgServer, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
+    """Like ``run``, on PostgreSQL 15 only: for the large tests, which would add minutes per major."""
+    with scratch_database(pg15) as database:
+        r = Run(database, kafka_env, tmp_path)
+        yield r
+        r.close()
+
+
+def rebuild(events: list[Event], topic: str) -> dict[Any, dict[str, Any]]:
+    """A table's rows by key as a consumer applying the events in order builds them."""
+    rows: dict[Any, dict[str, Any]] = {}
+    for e in events:
+        if e.topic != topic or e.value is None:
+            continue
+        value = e.value
+        if value["op"] == "t":
+            rows.clear()
+        elif value["op"] == "d":
+            rows.pop(value["before"]["id"], None)
+        else:
+            after = dict(value["after"])
+            old = rows.get(after["id"], {})
+            for field in value["unchanged_toast"]:
+                after[field] = old.get(field)  # a row not seen yet: its snapshot event comes later
+            rows[after["id"]] = after
+    return rows
+
+
+def source_rows(db: Database, table: str = "big") -> dict[Any, dict[str, Any]]:
+    with db.connect() as conn:
+        cursor = conn.execute(f"SELECT * FROM {table}")
+        names = [c.name for c in cursor.description or ()]
+        return {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
+
+
+def assert_equal_rows(rebuilt: dict[Any, dict[str, Any]], source: dict[Any, dict[str, Any]]) -> None:
+    assert rebuilt.keys() == source.keys(), (
+        f"missing {sorted(source.keys() - rebuilt.keys())[:10]}, extra {sorted(rebuilt.keys() - source.keys())[:10]}"
+    )
+    wrong = [k for k in source if {c: rebuilt[k].get(c) for c in source[k]} != source[k]]
+    assert not wrong, f"{len(wrong)} rows differ, e.g. {rebuilt[wrong[0]]} != {source[wrong[0]]}"
+
+
+class Writer(threading.Thread):
+    """Updates, deletes and inserts on ``big`` until stopped, in small transactions."""
+
+    def __init__(self, dsn: str, rows: int, seed: int = 7) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.rows, self.random = dsn, rows, random.Random(seed)
+        self.halt = threading.Event()
+        self.transactions = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                next_id = self.rows + 1
+                while not self.halt.is_set():
+                    with conn.transaction():
+                        for _ in range(5):
+                            k = self.random.randint(1, self.rows)
+                            conn.execute("UPDATE big SET v = v + 1, s = %s WHERE id = %s", [f"u{k}", k])
+                        conn.execute("DELETE FROM big WHERE id = %s", [self.random.randint(1, self.rows)])
+                        conn.execute("INSERT INTO big VALUES (%s, -1, 'new', NULL)", [next_id])
+                        next_id += 1
+                    self.transactions += 1
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=30)
+        assert self.error is None, f"workload failed: {self.error!r}"
+        assert self.transactions > 0
+
+
+def wait_log(run: Run, event: str, timeout: float = 180, count: int = 1) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [json.loads(x) for x in run.log.read_text().splitlines() if x.startswith("{")]
+        found = [x for x in lines if x.get("event") == event]
+        if len(found) >= count:
+            return found
+        run._check_alive()
+        assert time.monotonic() < deadline, f"no {event!r} logged:\n{run.log.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+def topic(run: Run, table: str = "big") -> str:
+    return f"{run.prefix}.public.{table}"
+
+
+def snapshot_events(run: Run, table: str = "big") -> list[dict[str, Any]]:
+    return [e.value for e in run.events if e.topic == topic(run, table) and e.value and e.value["op"] == "r"]
+
+
+# -- initial snapshot ---------------------------------------------------------------------------------------
+
+
+TYPED = """
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE TABLE typed (id bigint PRIMARY KEY, b bool, i2 smallint, i4 int, f4 real, f8 double precision,
+  n numeric(10,3), nu numeric, t text, vc varchar(10), bp char(3), by bytea, u uuid, d date, tm time,
+  ts timestamp, tz timestamptz, iv interval, j json, jb jsonb, ai int[], at text[], m mood);
+CREATE TABLE typed_streamed (LIKE typed INCLUDING ALL);
+INSERT INTO typed VALUES
+  (1, true, -7, 2147483647, 1.5, 2.25, 1234.567, 3.14159265358979323846, E'h\\u00e9llo\\ttab\\nline\\\\',
+   'vc', 'ab', '\\x00ff'::bytea, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '2024-02-29', '13:14:15.5',
+   '2024-02-29 13:14:15.123456', '2024-02-29 13:14:15.123456+02', '1 day 02:03:04', '{"a": 1}', '{"b": [1, 2]}',
+   '{1,NULL,3}', '{"x,y","NULL",NULL,"back\\\\slash"}', 'happy'),
+  (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+   NULL, NULL, NULL, NULL, NULL),
+  (3, false, 0, 0, 'NaN', '-Infinity', 0, 'NaN', '', '', '', '', NULL, '0001-01-01', '00:00', '1970-01-01',
+   '1999-12-31 23:59:59.999999-12', '-1 mons', 'null', '[]', '{}', '{}', 'sad');
+"""
+
+
+def test_initial_snapshot_with_concurrent_writes_then_stream_equals_source(run: Run, db: Database) -> None:
+    rows = 60_000
+    db.execute(BIG.replace("ROWS", str(rows)) + TYPED + "CREATE TABLE empty (id int PRIMARY KEY);"
+               "CREATE PUBLICATION cdcd_pub FOR TABLE big, typed, typed_streamed, empty")  # fmt: skip
+    writer = Writer(db.dsn(), rows)
+    writer.start()  # before the slot exists, while it is created and while the snapshot is read
+    run.start()  # returns once streaming: the initial snapshot is read by then
+    time.sleep(1)
+    writer.stop()
+    db.execute("INSERT INTO typed_streamed SELECT * FROM typed")  # the same values, through the stream
+    events = run.sync()
+    assert_equal_rows(rebuild(events, topic(run)), source_rows(db))
+
+    snap = snapshot_events(run)
+    markers = [v["source"]["snapshot"] for v in snap]
+    # Each row once (the writer's changes before the consistent point are in it, later ones only in the stream).
+    assert len({v["after"]["id"] for v in snap}) == len(snap) > rows * 0.95
+    slot_point = snap[0]["source"]["lsn"]
+    assert all(v["source"]["lsn"] == slot_point == v["source"]["commit_lsn"] for v in snap)
+    stream = [e.value for e in events if e.topic == topic(run) and e.value and e.value["op"] != "r"]
+    assert stream
+    assert all(v["source"]["commit_lsn"] > slot_point for v in stream)  # none from before the snapshot
+    # Snapshot events come first on the topic; the whole snapshot's first and last rows are marked.
+    ops = [e.value["op"] for e in events if e.topic == topic(run) and e.value]
+    assert ops[: len(snap)] == ["r"] * len(snap)
+    typed = snapshot_events(run, "typed")
+    all_markers = [v["source"]["snapshot"] for v in typed] + markers
+    assert all_markers.count("first") == all_markers.count("last") == 1
+    assert set(all_markers) == {"first", "true", "last"}
+    assert not [e for e in events if e.topic == topic(run, "empty")]
+    # Snapshot rows are encoded exactly as the stream encodes the same values.
+    streamed = {v["after"]["id"]: v["after"] for e in events if e.topic == topic(run, "typed_streamed")
+                for v in [e.value] if v and v["op"] == "c"}  # fmt: skip
+    assert {v["after"]["id"]: repr(v["after"]) for v in typed} == {k: repr(v) for k, v in streamed.items()}
+    assert len(streamed) == 3
+    assert run.stop() == 0
+
+
+def test_filtered_initial_snapshot_copies_rows_matching_any_filter(run: Run, db: Database) -> None:
+    """The seed's "Initial Data Synchronization": rows matching any publication's filter, and a publication
+    without a filter on a table copies all of it; an unpublished table is not copied."""
+    db.execute(
+        "CREATE TABLE f (id int PRIMARY KEY, v text); CREATE TABLE g (id int PRIMARY KEY); CREATE TABLE h (id int);"
+        "INSERT INTO f SELECT i, CASE WHEN i % 7 = 0 THEN 'x' END FROM generate_series(1, 300) i;"
+        "INSERT INTO g SELECT generate_series(1, 50); INSERT INTO h SELECT generate_series(1, 5)"
+    )
+    publications = [
+        {"name": "p_div3", "tables": [{"name": "public.f", "where": "id % 3 = 0"}, {"name": "public.g"}]},
+        {"name": "p_x", "tables": [{"name": "public.f", "where": "v = 'x' AND id > 100"}], "publish": ["insert"]},
+    ]
+    run.start(source={"publications": publications, "manage_publications": True})
+    run.sync()
+    copied = sorted(v["after"]["id"] for v in snapshot_events(run, "f"))
+    assert copied == [i for i in range(1, 301) if i % 3 == 0 or (i % 7 == 0 and i > 100)]
+    assert sorted(v["after"]["id"] for v in snapshot_events(run, "g")) == list(range(1, 51))
+    assert not snapshot_events(run, "h")
+    # An incremental snapshot with --where: the row filters AND the condition.
+    result = cdcd_snapshot(run, "public.f", "id > 250")
+    assert result.returncode == 0, result.stderr
+    wait_log(run, "table snapshot finished", count=3)  # f and g in the initial snapshot, then this one
+    run.sync()
+    incremental = sorted(
+        v["after"]["id"] for v in snapshot_events(run, "f") if v["source"]["snapshot"] == "incremental"
+    )
+    assert incremental == [i for i in range(251, 301) if i % 3 == 0 or i % 7 == 0]
+    assert run.stop() == 0
+
+
+def cdcd_snapshot(run: Run, table: str, where: str | None = None) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-m", "cdcd", "snapshot", "--config", str(run.tmp_path / "run.yaml"), "--table", table]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    return subprocess.run(
+        [*args, *(["--where", where] if where else [])], check=False, capture_output=True, text=True, env=env
+    )
+
+
+def test_snapshot_request_errors_name_the_problem(run: Run, db: Database) -> None:
+    db.execute("CREATE TABLE k (id int PRIMARY KEY); CREATE TABLE nokey (v int); CREATE TABLE other (id int);"
+               "CREATE PUBLICATION cdcd_pub FOR TABLE k, nokey")  # fmt: skip
+    run.start()
+    for table, where, message in (
+        ("public.other", None, "public.other is not published by cdcd_pub"),
+        ("public.nokey", None, "public.nokey has no primary key or replica identity index"),
+        ("public.k", "nope > 1", 'column "nope" does not exist'),
+        ("public.k", "random() > 0.5", "random"),
+    ):
+        result = cdcd_snapshot(run, table, where)
+        assert result.returncode == 2, result
+        assert message in result.stderr
+    assert run.stop() == 0
+
+
+# -- incremental snapshot -------------------------------------------------------------------------------------
+
+
+def test_incremental_snapshot_of_200k_rows_under_updates_and_deletes_converges(run15: Run) -> None:
+    run, db = run15, run15.db
+    rows = 200_000
+    db.execute(BIG.replace("ROWS", str(rows)) + "CREATE PUBLICATION cdcd_pub FOR TABLE big")
+    run.start(extra={"snapshot": {"mode": "never", "state_dir": str(run.tmp_path / "state"), "chunk_size": 5000}})
+    writer = Writer(db.dsn(), rows)
+    writer.start()
+    result = cdcd_snapshot(run, "public.big")
+    assert result.returncode == 0, result.stderr
+    wait_log(run, "table snapshot finished", timeout=300)
+    db.execute("ALTER TABLE big ADD COLUMN extra int")  # a new schema version for the events after it
+    time.sleep(0.5)
+    writer.stop()
+    events = run.sync(timeout=300)
+    assert_equal_rows(rebuild(events, topic(run)), source_rows(db))
+    snap = snapshot_events(run)
+    assert {v["source"]["snapshot"] for v in snap} == {"incremental"}
+    # Each row at most once (rows the stream carried inside a chunk's window were dropped from it); the chunks
+    # reach the rows the writer inserted meanwhile too.
+    assert rows * 0.9 < len({v["after"]["id"] for v in snap}) == len(snap)
+    # Events after the ALTER decode with the new schema version (the consumer looks each one up by id).
+    after_alter = [
+        v for e in events if e.topic == topic(run) and (v := e.value) and v["after"] and "extra" in v["after"]
+    ]
+    assert after_alter
+    registry = SchemaRegistryClient({"url": run.env["CDCD_SCHEMA_REGISTRY__URL"]})
+    assert len(registry.get_versions(f"{topic(run)}-value")) == 2
+
+
+def test_kill_9_during_the_initial_snapshot_resumes_after_the_last_saved_chunk(run15: Run) -> None:
+    run, db = run15, run15.db
+    rows = 150_000
+    db.execute(BIG.replace("ROWS", str(rows)) + "CREATE PUBLICATION cdcd_pub FOR TABLE big")
+    state_file = run.tmp_path / "state" / f"{run.slot}.snapshot.json"
+    config = {"snapshot": {"state_dir": str(run.tmp_path / "state"), "chunk_size": 2000}}
+
+    def saved_key() -> int | None:
+        try:
+            queue = json.loads(state_file.read_text())["queue"]
+        except (FileNotFoundError, ValueError):
+            return None
+        return int(queue[0]["last_key"][0]) if queue and queue[0]["last_key"] else None
+
+    writer = Writer(db.dsn(), rows)
+    writer.start()
+    thread = threading.Thread(target=lambda: _start_quietly(run, config), daemon=True)
+    thread.start()
+    wait_until(lambda: (saved_key() or 0) >= 20_000, "the snapshot never saved a chunk")
+    assert run.proc is not None
+    run.proc.send_signal(signal.SIGKILL)
+    run.proc.wait()
+    thread.join()
+    killed_at = saved_key()
+    assert killed_at is not None
+    assert killed_at < rows, "the snapshot finished before it could be killed"
+    run.start(extra=config)
+    wait_log(run, "table snapshot finished", timeout=300)
+    writer.stop()
+    events = run.sync(timeout=300)
+    assert_equal_rows(rebuild(events, topic(run)), source_rows(db))
+    resumed = [v["after"]["id"] for v in snapshot_events(run) if v["source"]["snapshot"] == "incremental"]
+    assert resumed
+    assert min(resumed) > killed_at  # continued after the saved chunk, not from zero
+    assert "initial snapshot was interrupted: continuing it incrementally" in run.log.read_text()
+
+
+def _start_quietly(run: Run, config: dict[str, Any]) -> None:
+    """run.start waits for streaming and fails if the process dies: here it is killed on purpose."""
+    with contextlib.suppress(AssertionError):
+        run.start(extra=config)
+
+
+def wait_until(condition: Callable[[], bool], failure: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.02)
