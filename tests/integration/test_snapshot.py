@@ -19,9 +19,10 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from tests.integration.conftest import STACK, Database, PgServer, scratch_database, stack_env
+from tests.integration.conftest import STACK, Database, PgServer, Tail, scratch_database, stack_env
 from tests.integration.kafka_harness import Event, Run
 
 pytestmark = pytest.mark.integration
@@ -331,3 +332,31 @@ def wait_until(condition: Callable[[], bool], failure: str, timeout: float = 120
     while not condition():
         assert time.monotonic() < deadline, failure
         time.sleep(0.02)
+
+
+def test_lost_slot_is_an_error_unless_when_needed_which_snapshots_again(
+    db: Database, tail_factory: Callable[..., Tail]
+) -> None:
+    db.execute("CREATE TABLE k (id int PRIMARY KEY); INSERT INTO k SELECT generate_series(1, 10);"
+               "CREATE PUBLICATION cdcd_pub FOR TABLE k")  # fmt: skip
+    tail = tail_factory().start()
+    tail.wait_for(lambda lines: len(lines) == 10)
+    assert {line["snapshot"] for line in tail.lines()} == {"first", "true", "last"}
+    assert tail.stop() == 0
+    tail.wait_slot_released()
+    db.execute("SELECT pg_drop_replication_slot(%s)", [tail.slot])
+    db.execute("INSERT INTO k VALUES (11)")  # lost with the slot: only a new snapshot brings it
+
+    proc = tail.start().proc
+    assert proc is not None
+    assert proc.wait(timeout=60) == 1
+    assert f"slot '{tail.slot}' no longer exists" in tail.log.read_text()
+    assert not db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", [tail.slot])
+
+    config = yaml.safe_load(tail.config.read_text())
+    config["snapshot"]["mode"] = "when_needed"
+    tail.config.write_text(yaml.safe_dump(config))
+    tail.start()
+    lines = tail.wait_for(lambda lines: len(lines) == 21)
+    assert sorted(int(line["after"]["id"]) for line in lines[10:]) == list(range(1, 12))
+    assert "the slot was lost or invalidated" in tail.log.read_text()

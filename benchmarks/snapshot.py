@@ -1,0 +1,192 @@
+"""Initial snapshot speed: ``cdcd run`` with ``snapshot.mode: initial_only`` against ``COPY bench TO STDOUT``
+into /dev/null (psql), on the same table, in one run.
+
+A scratch database ``bench_<random>`` gets ``bench (id int primary key, v text, n int, ts timestamptz, doc
+text)`` with ``--rows`` rows (default 1,000,000; doc is NULL except on every 100th row, a 330-byte string).
+Then per round, one after the other:
+
+* ``psql -c "COPY bench TO STDOUT" > /dev/null``: PostgreSQL's own export, the floor;
+* ``cdcd run`` to JSON lines on /dev/null (``sink.kind: jsonl``): read, parse COPY text, write JSON;
+* ``cdcd run`` to Kafka (Avro through the registry, acks=all): the production path; the daemon exits only
+  after Kafka acknowledged every row (then the topic must hold ``--rows`` messages, else exit 1).
+
+Each cdcd run creates its own temporary slot (initial_only) with an exported snapshot, reads the table in key
+order (``COPY (SELECT ... ORDER BY id) TO STDOUT``), and exits 0 when done; it is timed from launch to exit, so
+Python start-up (~0.5 s) is included. MB/s is the COPY text size of the table per second, for all three.
+
+    .venv/bin/python benchmarks/snapshot.py                 # 1,000,000 rows, 2 rounds (~1.5 min)
+    .venv/bin/python benchmarks/snapshot.py --rows 100000 --repeat 1   # quick (~10 s)
+
+Servers as in kafka.py: ``--dsn`` (else the stack's PostgreSQL 15), Kafka and registry from the stack's
+environment. The database, topics and registry subjects are removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+ROOT = Path(__file__).resolve().parents[1]
+STACK = ROOT / "deploy" / "local" / "stack"
+
+
+def stack_env() -> dict[str, str]:
+    out = subprocess.run(["bash", "-c", f'eval "$(PG_VERSION=15 {STACK} env)" && env -0'],
+                         check=True, capture_output=True).stdout.decode()  # fmt: skip
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+
+def create_table(admin_dsn: str, name: str, rows: int) -> str:
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    dsn = f"{admin_dsn} dbname={name}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench (id int PRIMARY KEY, v text, n int, ts timestamptz, doc text)")
+        conn.execute(
+            "INSERT INTO bench SELECT g, 'value ' || g, g %% 1000, '2026-01-01'::timestamptz + g * interval '1 s',"
+            " CASE WHEN g %% 100 = 0 THEN repeat(md5(g::text), 10) END FROM generate_series(1, %s) g",
+            [rows],
+        )
+        conn.execute("VACUUM ANALYZE bench")
+        conn.execute("CREATE PUBLICATION bench_pub FOR TABLE bench")
+    return dsn
+
+
+def time_copy(dsn: str) -> float:
+    """Seconds of psql's COPY to /dev/null."""
+    start = time.perf_counter()
+    with open(os.devnull, "wb") as devnull:
+        subprocess.run(["psql", dsn, "-qc", "COPY bench TO STDOUT"], check=True, stdout=devnull)
+    return time.perf_counter() - start
+
+
+def copy_size(dsn: str) -> int:
+    size = 0
+    with psycopg.connect(dsn) as conn, conn.cursor().copy("COPY bench TO STDOUT") as copy:
+        for data in copy:
+            size += len(data)
+    return size
+
+
+def time_cdcd(dsn: str, sink: dict[str, Any], extra: dict[str, Any], work: Path) -> tuple[float, dict[str, Any]]:
+    config = {
+        "source": {"dsn": dsn, "slot": f"bench_{uuid.uuid4().hex[:8]}", "publications": [{"name": "bench_pub"}]},
+        "sink": sink,
+        "buffer": {"spill_dir": str(work / "spill")},
+        "metrics": {"listen": ""},
+        "log": {"format": "json"},
+        **extra,
+    }
+    path = work / "bench.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    log = work / "cdcd.log"
+    start = time.perf_counter()
+    with log.open("wb") as err:
+        code = subprocess.run([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stderr=err, env=env,
+                              stdout=subprocess.DEVNULL, check=False).returncode  # fmt: skip
+    seconds = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"cdcd exited {code}:\n{log.read_text()[-3000:]}")
+    read = next(json.loads(x) for x in log.read_text().splitlines() if '"initial snapshot read"' in x)
+    return seconds, read
+
+
+def count_messages(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        total = 0
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            total += high - low
+        return total
+    finally:
+        consumer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--chunk-size", type=int, default=10_000, help="snapshot.chunk_size (rows per saved step)")
+    parser.add_argument("--dsn", help="admin DSN of the server (default: the stack's PostgreSQL 15)")
+    args = parser.parse_args(argv)
+    env = stack_env()
+    admin_dsn = args.dsn or env["CDCD_SOURCE__DSN"]
+    bootstrap, registry_url = env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], env["CDCD_SCHEMA_REGISTRY__URL"]
+    name = f"bench_{uuid.uuid4().hex[:8]}"
+    prefix = f"snapbench_{uuid.uuid4().hex[:6]}"
+    results: dict[str, list[float]] = {"COPY TO STDOUT (psql)": [], "cdcd -> JSON lines": [], "cdcd -> Kafka": []}
+    reads: list[float] = []
+    try:
+        print(f"creating {args.rows:,} rows in {name}.bench ...", flush=True)
+        dsn = create_table(admin_dsn, name, args.rows)
+        size = copy_size(dsn)
+        print(f"COPY text size {size / 1e6:.1f} MB; chunk_size {args.chunk_size}; {args.repeat} round(s)\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            snapshot = {"snapshot": {"mode": "initial_only", "state_dir": str(work / "state"),
+                                     "chunk_size": args.chunk_size}}  # fmt: skip
+            for round_ in range(1, args.repeat + 1):
+                results["COPY TO STDOUT (psql)"].append(time_copy(dsn))
+                seconds, _ = time_cdcd(dsn, {"kind": "jsonl", "path": os.devnull}, snapshot, work)
+                results["cdcd -> JSON lines"].append(seconds)
+                kafka = {"kafka": {"bootstrap_servers": bootstrap, "topic_prefix": f"{prefix}_{round_}"},
+                         "schema_registry": {"url": registry_url}, **snapshot}  # fmt: skip
+                seconds, read = time_cdcd(dsn, {"kind": "kafka"}, kafka, work)
+                results["cdcd -> Kafka"].append(seconds)
+                reads.append(read["rows_per_s"])
+                messages = count_messages(bootstrap, f"{prefix}_{round_}.public.bench")
+                if messages != args.rows:
+                    print(f"Kafka holds {messages} messages, expected {args.rows}", file=sys.stderr)
+                    return 1
+                line = ", ".join(f"{k} {v[-1]:.2f} s" for k, v in results.items())
+                print(f"round {round_}: {line}", flush=True)
+    finally:
+        cleanup(admin_dsn, name, bootstrap, registry_url, prefix)
+    report(results, reads, args.rows, size)
+    return 0
+
+
+def report(results: dict[str, list[float]], reads: list[float], rows: int, size: int) -> None:
+    copy_best = min(results["COPY TO STDOUT (psql)"])
+    print(f"\n{'':24} {'best s':>8} {'median s':>9} {'rows/s':>10} {'MB/s':>7} {'vs COPY':>8}")
+    for name, times in results.items():
+        best = min(times)
+        print(f"{name:24} {best:8.2f} {statistics.median(times):9.2f} {rows / best:10,.0f} {size / 1e6 / best:7.1f}"
+              f" {copy_best / best:8.2f}")  # fmt: skip
+    print(f"\ncdcd -> Kafka, read phase only (its 'initial snapshot read' log line): best {max(reads):,.0f} rows/s")
+
+
+def cleanup(admin_dsn: str, name: str, bootstrap: str, registry_url: str, prefix: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    admin_client = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin_client.list_topics(timeout=10).topics if t.startswith(prefix)]
+    if topics:
+        for future in admin_client.delete_topics(topics).values():
+            future.result()
+    registry = SchemaRegistryClient({"url": registry_url})
+    for subject in registry.get_subjects():
+        if subject.startswith(prefix):
+            registry.delete_subject(subject, permanent=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
