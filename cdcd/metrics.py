@@ -38,6 +38,7 @@ class State:
     open_streamed: Callable[[], int] = lambda: 0
     buffer_bytes: Callable[[], tuple[int, int]] = lambda: (0, 0)  # (memory, spilled)
     filtered: dict[str, int] = field(default_factory=dict)  # by table
+    snapshot_tables_pending: Callable[[], int] = lambda: 0  # queued table snapshots not finished
     postgresql_up: bool = False
     streaming: bool = False
     heartbeat: float = field(default_factory=time.monotonic)  # the main loop's last pass
@@ -81,6 +82,8 @@ class PipelineCollector(Collector):
                                             labels=["table"]), filtered)  # fmt: skip
         yield _labelled(CounterMetricFamily("cdcd_transactions", "Transactions by kind and outcome",
                                             labels=["kind", "outcome"]), s.transactions)  # fmt: skip
+        yield _gauge("cdcd_snapshot_tables_pending", "Table snapshots queued or running, not yet acknowledged"
+                     " (their rows count in cdcd_events_total{op=\"r\"})", s.snapshot_tables_pending())  # fmt: skip
         yield _gauge("cdcd_open_streamed_transactions", "Streamed transactions buffered until commit",
                      s.open_streamed())  # fmt: skip
         memory, spilled = s.buffer_bytes()

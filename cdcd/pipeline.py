@@ -82,6 +82,7 @@ class Pipeline:
             open_streamed=lambda: self._assembler.open_streams if self._assembler else 0,
             buffer_bytes=lambda: (self.pool.memory_bytes, self.pool.spilled_bytes),
             filtered=self.filter_stats.filtered,
+            snapshot_tables_pending=lambda: len(self.snapshotter.state.queue) if self.snapshotter else 0,
         )
 
     def run(self) -> None:

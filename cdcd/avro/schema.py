@@ -197,3 +197,32 @@ def build_schemas(relation: Relation, prefix: str, types: dict[int, Type] | None
         ],
     }
     return RelationSchemas(relation, prefix, ns, tuple(columns), key, value, envelope)
+
+
+def column_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """How the columns of two versions of a table's Envelope (or Key) schema differ, for error messages."""
+
+    def columns(schema: dict[str, Any]) -> dict[str, Any]:
+        record = schema
+        for f in schema.get("fields", []):
+            if f["name"] == "before":  # an Envelope: the columns are the Value record's
+                record = f["type"][1]
+        return {f.get("pg.column", f["name"]): f["type"] for f in record.get("fields", [])}
+
+    before, after = columns(old), columns(new)
+    changes = [f"column {c} dropped" for c in before if c not in after]
+    changes += [f"column {c} added" for c in after if c not in before]
+    changes += [
+        f"column {c} changed type from {_type_name(before[c])} to {_type_name(after[c])}"
+        for c in before
+        if c in after and before[c] != after[c]
+    ]
+    return changes
+
+
+def _type_name(avro: Any) -> str:
+    if isinstance(avro, list):
+        return " or ".join(_type_name(t) for t in avro if t != "null")
+    if isinstance(avro, dict):
+        return str(avro.get("logicalType") or avro.get("connect.name") or avro.get("type"))
+    return str(avro)

@@ -39,6 +39,7 @@ from cdcd.avro.metadata import (
     encode_transaction,
     message_value_schema,
 )
+from cdcd.avro.schema import column_changes
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.logging import library_logger
 from cdcd.lsn import pg_to_unix_us
@@ -334,6 +335,14 @@ class KafkaSink:
         log.info("table schema registered", topic=topic, key_schema_id=key_id, value_schema_id=value_id)
         return table
 
+    def _changes_from_registered(self, subject: str, schema: dict[str, Any]) -> list[str]:
+        """What differs from the subject's latest registered schema (best effort: for the error message)."""
+        try:
+            latest = json.loads(self.registry.get_latest_version(subject).schema.schema_str or "{}")
+        except Exception:
+            return []
+        return column_changes(latest, schema)
+
     def _schema_id(self, subject: str, schema: dict[str, Any]) -> int:
         text = json.dumps(schema, sort_keys=True)
         cached = self._schema_ids.get((subject, text))
@@ -342,7 +351,13 @@ class KafkaSink:
         try:
             schema_id: int = self.registry.register_schema(subject, Schema(text, "AVRO"))
         except Exception as exc:  # the client raises several error types; all mean the same here
-            raise SinkFailure(f"schema registry refused the schema for {subject}: {exc}") from None
+            changes = self._changes_from_registered(subject, schema)
+            what = f" ({'; '.join(changes)})" if changes else ""
+            raise SinkFailure(
+                f"schema registry refused the new schema for {subject}{what}: {exc}. If the registry's compatibility"
+                " rule forbids this change, set the subject's compatibility or make the change compatible, then"
+                " restart: nothing after it was confirmed"
+            ) from None
         self._schema_ids[(subject, text)] = schema_id
         return schema_id
 

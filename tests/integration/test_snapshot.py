@@ -360,3 +360,22 @@ def test_lost_slot_is_an_error_unless_when_needed_which_snapshots_again(
     lines = tail.wait_for(lambda lines: len(lines) == 21)
     assert sorted(int(line["after"]["id"]) for line in lines[10:]) == list(range(1, 12))
     assert "the slot was lost or invalidated" in tail.log.read_text()
+
+
+def test_an_incompatible_column_type_change_stops_with_the_column_named(run: Run, db: Database) -> None:
+    db.execute("CREATE TABLE c (id int PRIMARY KEY, v int); INSERT INTO c VALUES (1, 1);"
+               "CREATE PUBLICATION cdcd_pub FOR TABLE c")  # fmt: skip
+    run.start()
+    run.sync()
+    subject = f"{topic(run, 'c')}-value"
+    registry = SchemaRegistryClient({"url": run.env["CDCD_SCHEMA_REGISTRY__URL"]})
+    registry.set_compatibility(subject, "BACKWARD")
+    db.execute("ALTER TABLE c ALTER COLUMN v TYPE text; INSERT INTO c VALUES (2, 'two')")
+    lsn = db.execute("SELECT pg_current_wal_lsn()::text")[0][0]
+    assert run.proc is not None
+    assert run.proc.wait(timeout=60) == 1
+    log = run.log.read_text()
+    assert f"schema registry refused the new schema for {subject} (column v changed type from int to string)" in log
+    confirmed = db.execute("SELECT confirmed_flush_lsn < %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                           [lsn, run.slot])  # fmt: skip
+    assert confirmed == [(True,)]  # the insert after the change is not confirmed: a restart sends it again

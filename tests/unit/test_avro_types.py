@@ -329,3 +329,16 @@ def test_every_mapped_schema_parses() -> None:
         "precision": 9,
         "scale": 3,
     }
+
+
+def test_column_changes_name_dropped_added_and_retyped_columns() -> None:
+    from cdcd.avro.schema import build_schemas, column_changes  # noqa: PLC0415
+    from cdcd.pgoutput.messages import Column, Relation  # noqa: PLC0415
+
+    old = Relation(1, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 23, -1, False),
+                                          Column("gone", 25, -1, False)))  # fmt: skip
+    new = Relation(1, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False),
+                                          Column("new col", 16, -1, False)))  # fmt: skip
+    changes = column_changes(build_schemas(old, "p").envelope, build_schemas(new, "p").envelope)
+    assert changes == ["column gone dropped", "column new col added", "column v changed type from int to string"]
+    assert column_changes(build_schemas(old, "p").key or {}, build_schemas(old, "p").key or {}) == []

@@ -52,6 +52,7 @@ def test_lag_throughput_and_buffers_are_read_at_scrape_time(
     state.filtered["public.t"] = 3
     state.transactions["streamed", "abort"] = 1
     state.buffer_bytes = lambda: (4096, 1 << 20)
+    state.snapshot_tables_pending = lambda: 2
     progress.open(100, commit_time=time.time() - 42)
     got = scrape(base)
     assert got["cdcd_replication_lag_bytes", ()] == 3800
@@ -61,6 +62,7 @@ def test_lag_throughput_and_buffers_are_read_at_scrape_time(
     assert got["cdcd_filtered_events_total", (("table", "public.t"),)] == 3
     assert got["cdcd_transactions_total", (("kind", "streamed"), ("outcome", "abort"))] == 1
     assert got["cdcd_buffer_bytes", (("state", "spilled"),)] == 1 << 20
+    assert got["cdcd_snapshot_tables_pending", ()] == 2
     assert ("cdcd_slot_retained_wal_bytes", ()) not in got  # not known yet: absent rather than 0
 
 
