@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cdcd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     configure(settings.log)
+    structlog.contextvars.bind_contextvars(slot=settings.source.slot)  # on every line of this process
     if args.command == "check":
         return _check(settings)
     if args.command == "snapshot":

@@ -219,6 +219,10 @@ class BufferSettings(_Section):
         return parse_size(value)
 
 
+# Producer settings the admin client needs too: how to reach and authenticate to the brokers.
+_SHARED_CLIENT_SETTINGS = ("security.", "ssl.", "sasl.", "client.")
+
+
 class KafkaSettings(_Section):
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka brokers, host:port[,host:port...]")
     topic_prefix: str = Field("cdcd", description="topics are <prefix>.<schema>.<table>; also Debezium's source.name")
@@ -241,9 +245,22 @@ class KafkaSettings(_Section):
             raise ValueError(f"topic_prefix may hold letters, digits, '.', '_' and '-' only, got {value!r}")
         return value
 
+    def client_config(self) -> dict[str, Any]:
+        """Bootstrap servers and the connection settings of ``producer`` (TLS, SASL): for admin clients too."""
+        shared = {k: v for k, v in self.producer.items() if k.startswith(_SHARED_CLIENT_SETTINGS)}
+        return {**shared, "bootstrap.servers": self.bootstrap_servers}
+
 
 class SchemaRegistrySettings(_Section):
     url: str = Field("http://127.0.0.1:8081", description="Confluent-compatible schema registry for the Avro schemas")
+    client: dict[str, str] = Field(
+        default_factory=dict,
+        description="more schema registry client settings, e.g. basic.auth.user.info (user:password),"
+        " ssl.ca.location, ssl.certificate.location, ssl.key.location",
+    )
+
+    def client_config(self) -> dict[str, Any]:
+        return {**self.client, "url": self.url}
 
 
 class FilterSettings(_Section):
@@ -354,6 +371,8 @@ def load_settings(path: Path | None) -> Settings:
     for key, value in settings.kafka.producer.items():
         if isinstance(value, str) and ("password" in key or "secret" in key):
             register_secret(value)
+    user_info = settings.schema_registry.client.get("basic.auth.user.info", "")
+    register_secret(user_info.partition(":")[2] or None)
     return settings
 
 

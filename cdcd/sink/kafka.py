@@ -131,8 +131,8 @@ class KafkaSink:
             "acks": "all",
         }
         self.producer = Producer(config)
-        self.admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "logger": config["logger"]})
-        self.registry = SchemaRegistryClient({"url": registry.url})
+        self.admin = AdminClient({**kafka.client_config(), "logger": config["logger"]})
+        self.registry = SchemaRegistryClient(registry.client_config())
         self.types: Mapping[int, Type] = {}
         self.keep_alive: Callable[[], None] = lambda: None
         self._tables: dict[int, _Table] = {}
@@ -386,10 +386,7 @@ def check_kafka(kafka: KafkaSettings, registry: SchemaRegistrySettings, timeout:
     """Every problem that would stop `cdcd run` on the Kafka side: the broker and the schema registry."""
     problems = []
     try:
-        config: dict[str, Any] = {
-            "bootstrap.servers": kafka.bootstrap_servers,
-            "logger": library_logger("cdcd.librdkafka"),
-        }
+        config: dict[str, Any] = {**kafka.client_config(), "logger": library_logger("cdcd.librdkafka")}
         admin = AdminClient(config)
         metadata = admin.list_topics(timeout=timeout)
         if not metadata.brokers:
@@ -397,7 +394,7 @@ def check_kafka(kafka: KafkaSettings, registry: SchemaRegistrySettings, timeout:
     except KafkaException as exc:
         problems.append(f"cannot reach Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}")
     try:
-        SchemaRegistryClient({"url": registry.url, "timeout": timeout}).get_subjects()
+        SchemaRegistryClient({**registry.client_config(), "timeout": timeout}).get_subjects()
     except Exception as exc:  # connection errors, HTTP errors and bad URLs all land here
         problems.append(f"schema registry at {registry.url} does not answer the Confluent API: {exc}")
     return problems

@@ -75,3 +75,22 @@ def test_cli_exits_2_on_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(("text", "value"), [(5, 5), ("64MiB", 64 << 20), ("512k", 512 << 10), ("1 GB", 1 << 30)])
 def test_parse_size(text: object, value: int) -> None:
     assert parse_size(text) == value
+
+
+def test_kafka_connection_settings_reach_every_client_and_secrets_are_masked(tmp_path: Path) -> None:
+    from cdcd.logging import redact  # noqa: PLC0415
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "source: {dsn: 'host=db'}\n"
+        "kafka:\n  bootstrap_servers: b:9093\n  producer: {security.protocol: SASL_SSL, sasl.mechanism: PLAIN,"
+        " sasl.username: cdcd, sasl.password: k-secret, ssl.ca.location: /ca.pem, linger.ms: 5}\n"
+        "schema_registry: {url: 'https://r', client: {basic.auth.user.info: 'cdcd:r-secret'}}\n"
+    )
+    settings = load_settings(path)
+    assert settings.kafka.client_config() == {
+        "bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+        "sasl.username": "cdcd", "sasl.password": "k-secret", "ssl.ca.location": "/ca.pem",
+    }  # fmt: skip
+    assert settings.schema_registry.client_config() == {"url": "https://r", "basic.auth.user.info": "cdcd:r-secret"}
+    assert "secret" not in redact("failed with k-secret and r-secret")
