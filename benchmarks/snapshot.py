@@ -8,7 +8,10 @@ Then per round, one after the other:
 * ``psql -c "COPY bench TO STDOUT" > /dev/null``: PostgreSQL's own export, the floor;
 * ``cdcd run`` to JSON lines on /dev/null (``sink.kind: jsonl``): read, parse COPY text, write JSON;
 * ``cdcd run`` to Kafka (Avro through the registry, acks=all): the production path; the daemon exits only
-  after Kafka acknowledged every row (then the topic must hold ``--rows`` messages, else exit 1).
+  after Kafka acknowledged every row (then the topic must hold ``--rows`` messages, else exit 1);
+* an incremental snapshot of the same table to Kafka: a daemon streaming an idle database (``mode: never``)
+  gets ``cdcd snapshot --table public.bench``; timed from the request until it logs the table finished (every
+  chunk acknowledged), chunks of ``--chunk-size`` rows each read between two watermarks.
 
 Each cdcd run creates its own temporary slot (initial_only) with an exported snapshot, reads the table in key
 order (``COPY (SELECT ... ORDER BY id) TO STDOUT``), and exits 0 when done; it is timed from launch to exit, so
@@ -107,6 +110,47 @@ def time_cdcd(dsn: str, sink: dict[str, Any], extra: dict[str, Any], work: Path)
     return seconds, read
 
 
+def time_incremental(dsn: str, kafka: dict[str, Any], work: Path, chunk_size: int) -> float:
+    """Seconds from ``cdcd snapshot --table public.bench`` until the daemon logs the table finished (every
+    chunk acknowledged by Kafka), with an idle stream."""
+    slot = f"bench_inc_{uuid.uuid4().hex[:8]}"
+    config = {
+        "source": {"dsn": dsn, "slot": slot, "publications": [{"name": "bench_pub"}]},
+        "snapshot": {"mode": "never", "state_dir": str(work / "state"), "chunk_size": chunk_size},
+        "sink": {"kind": "kafka"},
+        "buffer": {"spill_dir": str(work / "spill")},
+        "metrics": {"listen": ""},
+        "log": {"format": "json"},
+        **kafka,
+    }
+    path = work / "incremental.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    log = work / "incremental.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stderr=err, env=env,
+                                stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        _wait(lambda: '"streaming"' in log.read_text(), proc, log)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "cdcd", "snapshot", "--config", str(path), "--table", "public.bench"],
+                       check=True, env=env, stdout=subprocess.DEVNULL)  # fmt: skip
+        _wait(lambda: '"table snapshot finished"' in log.read_text(), proc, log)
+        return time.perf_counter() - start
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
+
+
+def _wait(condition: Any, proc: subprocess.Popen[bytes], log: Path) -> None:
+    while not condition():
+        if proc.poll() is not None:
+            raise SystemExit(f"cdcd exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.02)
+
+
 def count_messages(bootstrap: str, topic: str) -> int:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}"})
     try:
@@ -132,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     bootstrap, registry_url = env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], env["CDCD_SCHEMA_REGISTRY__URL"]
     name = f"bench_{uuid.uuid4().hex[:8]}"
     prefix = f"snapbench_{uuid.uuid4().hex[:6]}"
-    results: dict[str, list[float]] = {"COPY TO STDOUT (psql)": [], "cdcd -> JSON lines": [], "cdcd -> Kafka": []}
+    results: dict[str, list[float]] = {"COPY TO STDOUT (psql)": [], "cdcd -> JSON lines": [], "cdcd -> Kafka": [],
+                                       "cdcd incremental -> Kafka": []}  # fmt: skip
     reads: list[float] = []
     try:
         print(f"creating {args.rows:,} rows in {name}.bench ...", flush=True)
@@ -155,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
                 messages = count_messages(bootstrap, f"{prefix}_{round_}.public.bench")
                 if messages != args.rows:
                     print(f"Kafka holds {messages} messages, expected {args.rows}", file=sys.stderr)
+                    return 1
+                kafka = {"kafka": {"bootstrap_servers": bootstrap, "topic_prefix": f"{prefix}_inc{round_}"},
+                         "schema_registry": {"url": registry_url}}  # fmt: skip
+                results["cdcd incremental -> Kafka"].append(time_incremental(dsn, kafka, work, args.chunk_size))
+                messages = count_messages(bootstrap, f"{prefix}_inc{round_}.public.bench")
+                if messages != args.rows:
+                    print(f"incremental: Kafka holds {messages} messages, expected {args.rows}", file=sys.stderr)
                     return 1
                 line = ", ".join(f"{k} {v[-1]:.2f} s" for k, v in results.items())
                 print(f"round {round_}: {line}", flush=True)

@@ -209,6 +209,10 @@ class SnapshotReader:
                 with conn.cursor().copy(select_sql(table, condition, after, limit)) as copy:
                     rows = [parse_line(bytes(data)[:-1].decode(), width) for data in copy]
                 self.emit(WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "high"})
+                # A non-transactional message waits for the WAL writer (up to wal_writer_delay) before the
+                # walsender may send it; a commit with an xid and synchronous_commit on flushes it at once.
+                conn.execute("SET LOCAL synchronous_commit = on")
+                conn.execute("SELECT pg_current_xact_id()")
             finally:
                 conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
         except psycopg.OperationalError as exc:
