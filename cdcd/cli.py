@@ -31,6 +31,7 @@ from cdcd.pgoutput import DecodeError
 from cdcd.pipeline import Pipeline
 from cdcd.sink import Sink, SinkFailure
 from cdcd.sink.jsonl import JsonLinesSink
+from cdcd.snapshot.state import state_dir_problem
 from cdcd.source.checks import check_source
 from cdcd.source.walsender import SourceDisconnected, SourceError
 
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
 def _check(settings: Settings) -> int:
     findings = check_source(settings.source)
     problems = findings.config_errors + findings.problems
+    state_problem = state_dir_problem(settings.snapshot.state_dir)
+    if state_problem is not None:
+        problems.append(state_problem)
     if settings.sink.kind == "kafka":
         from cdcd.sink.kafka import check_kafka  # noqa: PLC0415 - loaded only when used: a 0.2 s import
 

@@ -64,6 +64,18 @@ class SnapshotState:
         return cls(**data, queue=queue)
 
 
+def state_dir_problem(state_dir: Path) -> str | None:
+    """Why cdcd could not keep snapshot progress in ``state_dir`` (None: it can)."""
+    probe = state_dir / f".cdcd-check-{uuid.uuid4().hex[:8]}"
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        return f"snapshot.state_dir {state_dir} is not writable: {exc.strerror}"
+    return None
+
+
 class StateStore:
     """``<state_dir>/<slot>.snapshot.json``."""
 

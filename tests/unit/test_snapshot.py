@@ -178,3 +178,13 @@ def test_window_merges_an_update_that_left_toasted_values_out() -> None:
     window = _window(range(1, 4))
     window.observe(_change("update", ("1", None), ("9", UNCHANGED_TOAST)))  # key changed: dropped as usual
     assert list(window.rows) == [(2,), (3,)]
+
+
+def test_state_dir_problem_names_the_directory(tmp_path: Path) -> None:
+    from cdcd.snapshot.state import state_dir_problem  # noqa: PLC0415
+
+    assert state_dir_problem(tmp_path / "new" / "dir") is None
+    (tmp_path / "file").write_text("")
+    problem = state_dir_problem(tmp_path / "file" / "sub")
+    assert problem is not None
+    assert f"snapshot.state_dir {tmp_path / 'file' / 'sub'} is not writable" in problem
