@@ -158,7 +158,7 @@ def test_kustomization_lists_existing_files() -> None:
 
 def test_rendered_kinds(rendered: list[dict[str, Any]]) -> None:
     assert sorted(r["kind"] for r in rendered) == sorted(
-        ["ConfigMap", "Secret", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"]
+        ["ConfigMap", "Secret", "PersistentVolumeClaim", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"]
     )
 
 
@@ -166,7 +166,7 @@ def test_builtin_resources_match_the_kubernetes_schemas(rendered: list[dict[str,
     kubernetes_validate = _kubernetes_validate()
 
     builtin = [r for r in rendered if r["apiVersion"] in ("v1", "apps/v1")]
-    assert len(builtin) == 4
+    assert len(builtin) == 5
     for resource in builtin:
         # strict: unknown fields (typos) are errors too.
         kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
@@ -217,6 +217,8 @@ def test_deployment(rendered: list[dict[str, Any]]) -> None:
     config_map = _one(rendered, "ConfigMap")
     assert volumes[mounts["/etc/cdcd"]]["configMap"]["name"] == config_map["metadata"]["name"]
     assert "emptyDir" in volumes[mounts["/var/lib/cdcd"]] or "persistentVolumeClaim" in volumes[mounts["/var/lib/cdcd"]]
+    claim = _one(rendered, "PersistentVolumeClaim")
+    assert volumes[mounts["/var/lib/cdcd/state"]]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
     assert container["image"] == "cdcd:0.1.0"
     resources = container["resources"]
     assert set(resources) == {"requests", "limits"}
@@ -236,6 +238,7 @@ def test_config_map_is_a_valid_cdcd_config(
     assert settings.metrics.address == ("0.0.0.0", 9187)
     assert settings.log.format == "json"
     assert str(settings.buffer.spill_dir).startswith("/var/lib/cdcd/")
+    assert settings.snapshot.state_dir == Path("/var/lib/cdcd/state")  # the PersistentVolumeClaim
     deployment = _one(rendered, "Deployment")
     assert settings.sink.flush_timeout_s < deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
 
