@@ -4,8 +4,10 @@ Creates the `cdcd_demo` database (afresh each run), starts `cdcd run` with confi
 `demo.shop.*` topics through the schema registry), runs a small shop workload (plain transactions, a large
 transaction that PostgreSQL streams before commit, savepoints rolled back, a transaction aborted whole, a
 truncate, a logical decoding message; a row filter publishes only orders with id <= 1500), reads the topics
-back with a registry-aware consumer and prints what arrived, then stops cdcd with SIGTERM and shows the LSN it
-confirmed.
+back with a registry-aware consumer and prints what arrived. Then the Spark job (cdcd.spark, local[2]) mirrors
+the topics into Delta tables under a temporary directory, a few hundred events per micro-batch, while the demo
+prints row counts of source and mirror each second until the mirror has caught up. Finally it stops cdcd with
+SIGTERM and shows the LSN it confirmed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -128,6 +131,65 @@ def summarize(events: list[tuple[str, Any]]) -> None:
     print(f"orders published: {len([i for i in ids if i is not None])} of 2000, highest id {top} (filter: id <= 1500)")
 
 
+# (table, the source rows the mirror must hold: the row filter publishes orders with id <= 1500 only)
+MIRRORED = (("customers", "SELECT count(*) FROM shop.customers"),
+            ("orders", "SELECT count(*) FROM shop.orders WHERE id <= 1500"))  # fmt: skip
+
+
+def mirror_counts(spark: Any, root: Path) -> list[int | None]:
+    out: list[int | None] = []
+    for table, _ in MIRRORED:
+        path = root / "shop" / table
+        out.append(spark.read.format("delta").load(str(path)).count() if (path / "_delta_log").exists() else None)
+    return out
+
+
+def mirror(env: dict[str, str], dsn: str) -> bool:
+    """Run the Spark job on the demo topics; print source vs mirror row counts until the mirror caught up."""
+    from cdcd.spark import Options, session, start  # noqa: PLC0415 - Spark starts only here
+
+    work = Path(tempfile.mkdtemp(prefix="cdcd-demo-spark-"))
+    print(f"\n--- Spark job mirroring {PREFIX}.shop.* into Delta tables in {work}/mirror ---")
+    spark = session("local[2]", env["CDCD_SPARK_JARS"], {"spark.ui.enabled": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    options = Options(
+        bootstrap_servers=env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
+        topic_prefix=PREFIX,
+        registry_url=env["CDCD_SCHEMA_REGISTRY__URL"],
+        checkpoint=str(work / "checkpoint"),
+        mirror=str(work / "mirror"),
+        trigger_interval="1 second",
+        max_offsets_per_trigger=400,
+    )
+    query = start(spark, options)
+    started = time.monotonic()
+    caught_up = False
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            source = [int(conn.execute(q).fetchone()[0]) for _, q in MIRRORED]  # type: ignore[index]
+        read: dict[int, int] = {}  # Kafka messages per micro-batch id
+        while not caught_up and time.monotonic() - started < 180:
+            time.sleep(1)
+            progress = query.lastProgress
+            if progress:
+                read[int(progress["batchId"])] = int(progress["numInputRows"])
+            applied = sum(read.values())
+            counts = mirror_counts(spark, work / "mirror")
+            shown = ", ".join(
+                f"{t} {m if m is not None else '-'}/{s}" for (t, _), m, s in zip(MIRRORED, counts, source, strict=True)
+            )
+            print(
+                f"  t={time.monotonic() - started:4.0f}s  mirror/source rows: {shown}  (Kafka messages read: {applied})"
+            )
+            idle = progress is not None and progress["numInputRows"] == 0 and applied > 0
+            caught_up = idle and counts == source
+    finally:
+        query.stop()
+        spark.stop()
+    print("mirror caught up with the source" if caught_up else "the mirror did NOT catch up within 180 s")
+    return caught_up
+
+
 def main() -> int:
     env = stack_env()
     reset_database(env["CDCD_SOURCE__DSN"])
@@ -144,6 +206,7 @@ def main() -> int:
         expected = 3 + 1 + 1 + 1500 + 1 + 1
         events = consume(env, expected, 90)
         summarize(events)
+        mirrored = mirror(env, dsn)
         time.sleep(1.5)  # one more status interval so the confirmed LSN is visible
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -155,7 +218,7 @@ def main() -> int:
     confirmed, wal = row if row else ("?", "?")
     print(f"\ncdcd run exited {code}; slot {DB} confirmed up to {confirmed} (server WAL at {wal})")
     received = sum(1 for t, v in events if v is not None and not t.endswith(".transaction"))
-    return 0 if code == 0 and received >= expected else 1
+    return 0 if code == 0 and received >= expected and mirrored else 1
 
 
 if __name__ == "__main__":

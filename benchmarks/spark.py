@@ -1,0 +1,241 @@
+"""cdcd.spark: how fast the Spark job applies cdcd's events to a Delta mirror with local[2], and how long after the
+last commit the mirror equals the source.
+
+In a scratch database ``bench_<random>`` on the stack's PostgreSQL 15, with table ``bench (id int primary key,
+v text, n int, ts timestamptz)``, ``cdcd run`` (Kafka sink, topic prefix ``bench_<random>``) gets the standard
+workload: ``--rows`` inserted rows (default 200,000) in transactions of 1,000 rows, then every fifth row updated
+and every tenth deleted, 1,000 rows per transaction (280,000 Kafka messages with the delete tombstones). Once
+cdcd confirmed the end of the workload (so Kafka holds every event), two measurements:
+
+* **backlog**: the job with ``availableNow`` on a fresh checkpoint applies every event; events/s = Kafka
+  messages read (tombstones included; must equal what Kafka holds) / seconds from the query's start to its end
+  (the Spark session is started before, not timed), with the number of micro-batches (one unless
+  ``--max-offsets-per-trigger``);
+* **convergence**: the job keeps running (``--trigger-interval``, default 1 s); a last transaction updates
+  rows 1..1,000 (900 left after the deletes); the time from its COMMIT until the mirror equals the source
+  (count and sum of n and of length(v), polled every 0.5 s) is reported. Then the job stops.
+
+The mirror is then compared to the source row for row (exit 1 if it differs). The database, slot, topics and
+subjects are removed at the end. Run from the repository root with the local stack up
+(``deploy/local/stack up pg kafka registry spark``)::
+
+    .venv/bin/python benchmarks/spark.py              # 200,000 rows (~1.5 min)
+    .venv/bin/python benchmarks/spark.py --rows 20000 # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from cdcd.spark.job import Options, session, start
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stack_env() -> dict[str, str]:
+    script = f'eval "$(PG_VERSION=15 {ROOT}/deploy/local/stack env)" && env -0'
+    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True).stdout.decode()
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+
+def workload(dsn: str, rows: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for start_id in range(1, rows + 1, 1000):
+            end = min(start_id + 999, rows)
+            conn.execute(
+                "INSERT INTO bench SELECT g, md5(g::text), g %% 1000, now() FROM generate_series(%s::int, %s::int) g",
+                [start_id, end],
+            )
+        for start_id in range(1, rows + 1, 5000):
+            conn.execute(
+                "UPDATE bench SET n = n + 1 WHERE id %% 5 = 0 AND id BETWEEN %s AND %s", [start_id, start_id + 4999]
+            )
+        for start_id in range(1, rows + 1, 10000):
+            conn.execute("DELETE FROM bench WHERE id %% 10 = 0 AND id BETWEEN %s AND %s", [start_id, start_id + 9999])
+
+
+def wait_confirmed(conn: psycopg.Connection[Any], slot: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
+    query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
+    while not conn.execute(query, [lsn, slot]).fetchone()[0]:  # type: ignore[index]
+        if proc.poll() is not None:
+            raise SystemExit(f"cdcd run exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+def kafka_messages(bootstrap: str, prefix: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": prefix + "-count"})
+    total = 0
+    for name, topic in consumer.list_topics(timeout=10).topics.items():
+        if name.startswith(prefix + ".public."):
+            for p in topic.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
+                total += high - low
+    consumer.close()
+    return total
+
+
+SUMMARY = "SELECT count(*), coalesce(sum(n), 0), coalesce(sum(length(v)), 0) FROM bench"
+
+
+def mirror_summary(spark: Any, path: str) -> tuple[int, int, int]:
+    row = (
+        spark.read.format("delta")
+        .load(path)
+        .selectExpr("count(*)", "coalesce(sum(n), 0)", "coalesce(sum(length(v)), 0)")
+        .first()
+    )
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def start_cdcd(env: dict[str, str], dsn: str, name: str, work: Path) -> subprocess.Popen[bytes]:
+    config = {
+        "source": {"dsn": dsn, "slot": name, "publications": [{"name": "bench_pub"}]},
+        "sink": {"kind": "kafka"},
+        "kafka": {"bootstrap_servers": env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], "topic_prefix": name},
+        "schema_registry": {"url": env["CDCD_SCHEMA_REGISTRY__URL"]},
+        "buffer": {"spill_dir": str(work / "spill")},
+        "metrics": {"listen": ""},
+        "log": {"format": "json"},
+    }
+    (work / "cdcd.yaml").write_text(yaml.safe_dump(config))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    with (work / "cdcd.log").open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(work / "cdcd.yaml")],
+                                stderr=out, stdout=subprocess.DEVNULL, env=clean)  # fmt: skip
+
+
+def backlog(spark: Any, options: Options, messages: int) -> None:
+    began = time.monotonic()
+    query = start(spark, options)
+    query.awaitTermination()
+    seconds = time.monotonic() - began
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    read = sum(int(p["numInputRows"]) for p in batches)
+    if read != messages:
+        raise SystemExit(f"the job read {read} messages, Kafka holds {messages}")
+    print(f"backlog: {read} Kafka messages applied in {seconds:.1f} s = {read / seconds:,.0f} events/s "
+          f"({len(batches)} micro-batches)")  # fmt: skip
+
+
+def convergence(spark: Any, options: Options, conn: psycopg.Connection[Any], path: str) -> None:
+    options.available_now = False
+    query = start(spark, options)
+    try:
+        time.sleep(3)  # let it reach its steady state: nothing new to do
+        conn.execute("UPDATE bench SET n = n + 7, v = v || 'x' WHERE id BETWEEN 1 AND 1000")
+        committed = time.monotonic()
+        row = conn.execute(SUMMARY).fetchone()
+        assert row is not None
+        expected = (int(row[0]), int(row[1]), int(row[2]))
+        while mirror_summary(spark, path) != expected:
+            if time.monotonic() - committed > 120:
+                raise SystemExit("the mirror did not converge within 120 s")
+            time.sleep(0.5)
+        print(f"convergence: mirror equal to the source {time.monotonic() - committed:.1f} s after the last "
+              f"COMMIT (trigger interval {options.trigger_interval})")  # fmt: skip
+    finally:
+        query.stop()
+
+
+def compare(spark: Any, conn: psycopg.Connection[Any], path: str) -> None:
+    source = sorted(conn.execute("SELECT id, v, n FROM bench").fetchall())
+    rows = spark.read.format("delta").load(path).select("id", "v", "n").collect()
+    if source != sorted((r[0], r[1], r[2]) for r in rows):
+        raise SystemExit("the mirror differs from the source")
+    print(f"mirror equals the source row for row ({len(source)} rows)")
+
+
+def bench(args: argparse.Namespace, env: dict[str, str], name: str, work: Path) -> None:
+    dsn = env["CDCD_SOURCE__DSN"] + f" dbname={name}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench (id int PRIMARY KEY, v text, n int, ts timestamptz)")
+        conn.execute("CREATE PUBLICATION bench_pub FOR TABLE bench")
+        proc = start_cdcd(env, dsn, name, work)
+        try:
+            while not conn.execute(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", [name]
+            ).fetchall():
+                time.sleep(0.1)
+            started = time.monotonic()
+            workload(dsn, args.rows)
+            wait_confirmed(conn, name, proc, work / "cdcd.log")
+            print(f"workload: {args.rows} rows in {time.monotonic() - started:.1f} s (cdcd confirmed everything)")
+            spark = session("local[2]", env["CDCD_SPARK_JARS"], {"spark.ui.enabled": "false"})
+            spark.sparkContext.setLogLevel("WARN")
+            options = Options(
+                bootstrap_servers=env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
+                topic_prefix=name,
+                registry_url=env["CDCD_SCHEMA_REGISTRY__URL"],
+                checkpoint=str(work / "checkpoint"),
+                mirror=str(work / "mirror"),
+                available_now=True,
+                max_offsets_per_trigger=args.max_offsets_per_trigger,
+                trigger_interval=args.trigger_interval,
+            )
+            backlog(spark, options, kafka_messages(env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], name))
+            path = str(work / "mirror" / "public" / "bench")
+            convergence(spark, options, conn, path)
+            compare(spark, conn, path)
+            spark.stop()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def cleanup(env: dict[str, str], name: str, work: Path) -> None:
+    with psycopg.connect(env["CDCD_SOURCE__DSN"], autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", [name]
+        )
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    kafka = AdminClient({"bootstrap.servers": env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]})
+    topics = [t for t in kafka.list_topics(timeout=10).topics if t.startswith(name + ".")]
+    for future in kafka.delete_topics(topics).values() if topics else []:
+        future.result()
+    registry = SchemaRegistryClient({"url": env["CDCD_SCHEMA_REGISTRY__URL"]})
+    for subject in registry.get_subjects():
+        if subject.startswith(name + "."):
+            registry.delete_subject(subject, permanent=False)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--trigger-interval", default="1 second")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    parser.add_argument("--verbose", action="store_true", help="log each micro-batch (events, seconds)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    env = stack_env()
+    name = f"bench_{secrets.token_hex(4)}"
+    work = Path(tempfile.mkdtemp(prefix="cdcd-spark-bench-"))
+    with psycopg.connect(env["CDCD_SOURCE__DSN"], autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        bench(args, env, name, work)
+    finally:
+        cleanup(env, name, work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

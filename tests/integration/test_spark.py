@@ -1,0 +1,248 @@
+"""cdcd.spark end to end on the real stack, PostgreSQL 15 only (Spark is slow): PostgreSQL → `cdcd run` → Kafka →
+the Spark job → Delta mirror tables, which must equal the source tables row for row after a mixed workload,
+across runs of the job that resume from its checkpoint, one of them killed mid-stream."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from cdcd.spark.job import Options, session, start
+from tests.integration.conftest import STACK, Database, PgServer, scratch_database, stack_env
+from tests.integration.kafka_harness import Run
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = """
+CREATE SCHEMA shop;
+CREATE TABLE shop.items (id int PRIMARY KEY, v text NOT NULL, n int, price numeric(10,2), at timestamptz,
+    local timestamp, day date, big text, tags text[], ref uuid, raw bytea, ratio float8);
+ALTER TABLE shop.items ALTER COLUMN big SET STORAGE EXTERNAL;
+CREATE TABLE pairs (a int, b text, x int, PRIMARY KEY (a, b));
+CREATE TABLE audit (id int PRIMARY KEY, v text);
+ALTER TABLE audit REPLICA IDENTITY FULL;
+CREATE PUBLICATION cdcd_pub FOR TABLE shop.items, pairs, audit;
+"""
+TABLES = {"shop.items": ("id",), "public.pairs": ("a", "b"), "public.audit": ("id",)}
+BIG = "".join(uuid.uuid4().hex for _ in range(400))  # 12,800 characters, stored out of line (not compressed)
+
+
+@pytest.fixture(scope="module")
+def pg15() -> PgServer:
+    subprocess.run([str(STACK), "up", "pg"], check=True, env={**os.environ, "PG_VERSION": "15"})
+    return PgServer(15, stack_env("15"))
+
+
+@pytest.fixture(scope="module")
+def env15() -> dict[str, str]:
+    for component in ("kafka", "registry", "spark"):
+        subprocess.run([str(STACK), "up", component], check=True, env=os.environ.copy())
+    return stack_env("15")
+
+
+@pytest.fixture(scope="module")
+def spark(env15: dict[str, str]) -> Iterator[SparkSession]:
+    s = session("local[2]", env15["CDCD_SPARK_JARS"], {"spark.ui.enabled": "false"})
+    s.sparkContext.setLogLevel("WARN")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def run15(pg15: PgServer, env15: dict[str, str], tmp_path: Path) -> Iterator[Run]:
+    with scratch_database(pg15) as db:
+        db.execute(SCHEMA)
+        r = Run(db, env15, tmp_path)
+        yield r
+        r.close()
+
+
+def first_part(db: Database) -> None:
+    with db.connect() as conn:
+        conn.execute(
+            "INSERT INTO shop.items SELECT g, 'v' || g, g, g * 1.25, '2024-03-01 12:00:00+02'::timestamptz + g * "
+            "interval '1 hour', '2024-03-01 12:00:00'::timestamp - g * interval '1 day', date '2024-01-01' + g, "
+            "NULL, ARRAY['a' || g, NULL, 'b'], gen_random_uuid(), decode(md5(g::text), 'hex'), g / 3.0 "
+            "FROM generate_series(1, 300) g"
+        )
+        conn.execute("UPDATE shop.items SET big = %s || id WHERE id <= 20", [BIG])
+        conn.execute("UPDATE shop.items SET n = n + 1000 WHERE id <= 10")  # big not sent: unchanged TOAST
+        conn.execute("INSERT INTO pairs SELECT g % 7, 'k' || g, g FROM generate_series(1, 100) g")
+        conn.execute("INSERT INTO audit SELECT g, 'a' || g FROM generate_series(1, 50) g")
+        conn.execute("UPDATE audit SET v = 'changed' WHERE id % 5 = 0")
+        conn.execute("DELETE FROM audit WHERE id % 7 = 0")
+        conn.execute("UPDATE audit SET id = id + 1000 WHERE id BETWEEN 1 AND 3")  # FULL: one update, old row whole
+        conn.execute("DELETE FROM shop.items WHERE id BETWEEN 280 AND 290")
+        conn.execute("UPDATE shop.items SET id = id + 1000 WHERE id BETWEEN 270 AND 275")  # key changes
+        # One transaction large enough to be streamed (64kB work mem), savepoints rolled back in it.
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO shop.items (id, v) SELECT g, 'streamed' FROM generate_series(2000, 3500) g")
+        conn.execute("SAVEPOINT a")
+        conn.execute("INSERT INTO shop.items (id, v) SELECT g, 'rolled back' FROM generate_series(5000, 5600) g")
+        conn.execute("UPDATE shop.items SET v = 'rolled back' WHERE id <= 50")
+        conn.execute("ROLLBACK TO SAVEPOINT a")
+        conn.execute("UPDATE shop.items SET v = 'kept', ratio = NULL WHERE id BETWEEN 100 AND 150")
+        conn.execute("DELETE FROM shop.items WHERE id BETWEEN 3000 AND 3100")
+        conn.execute("COMMIT")
+
+
+def second_part(db: Database) -> None:
+    with db.connect() as conn:
+        conn.execute("ALTER TABLE shop.items ADD COLUMN note text")
+        conn.execute("UPDATE shop.items SET note = 'noted ' || id, n = -n WHERE id % 3 = 0 AND id < 400")
+        conn.execute("UPDATE shop.items SET v = 'toast kept' WHERE id BETWEEN 11 AND 15")  # unchanged TOAST again
+        conn.execute("TRUNCATE pairs")
+        conn.execute("INSERT INTO pairs SELECT g % 5, 'after' || g, g FROM generate_series(1, 40) g")
+        conn.execute("ALTER TABLE audit DROP COLUMN v")
+        conn.execute("INSERT INTO audit SELECT g FROM generate_series(100, 140) g")
+        for i in range(30):  # many small transactions
+            conn.execute("UPDATE shop.items SET n = %s WHERE id = %s", [i, 2000 + i])
+
+
+def third_part(db: Database) -> None:
+    with db.connect() as conn:
+        conn.execute("DELETE FROM shop.items WHERE id BETWEEN 2500 AND 2600")
+        conn.execute("UPDATE shop.items SET big = 'short now' WHERE id = 1")
+        conn.execute("UPDATE pairs SET x = -x WHERE a = 1")
+        conn.execute("INSERT INTO shop.items (id, v, note) VALUES (9999, 'last', 'the end')")
+
+
+def options(r: Run, tmp_path: Path, **extra: Any) -> Options:
+    return Options(
+        bootstrap_servers=r.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
+        topic_prefix=r.prefix,
+        registry_url=r.env["CDCD_SCHEMA_REGISTRY__URL"],
+        checkpoint=str(tmp_path / "checkpoint"),
+        mirror=str(tmp_path / "mirror"),
+        changelog=str(tmp_path / "changelog"),
+        keys={"public.audit": ("id",)},
+        **extra,
+    )
+
+
+def run_available_now(spark: SparkSession, opts: Options) -> None:
+    query = start(spark, opts)
+    query.awaitTermination(timeout=300)
+    assert not query.isActive, "the job did not finish what was in Kafka within 300 s"
+    assert query.exception() is None, query.exception()
+
+
+def normalize(value: Any) -> Any:
+    """Source (psycopg) and mirror (Spark) values as one Python representation, strictly."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return ("instant", value.astimezone(dt.UTC).replace(tzinfo=None))
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, list):
+        return [normalize(v) for v in value]
+    return value
+
+
+def mirror_value(value: Any, column: str, timestamptz: set[str]) -> Any:
+    if column in timestamptz and value is not None:  # Spark hands instants over as naive local time
+        return ("instant", value.astimezone(dt.UTC).replace(tzinfo=None))
+    if hasattr(value, "asDict") and set(value.asDict()) == {"elements", "text"}:  # an array column
+        assert value["text"] is None
+        return normalize(value["elements"])
+    return normalize(value)
+
+
+def source_rows(db: Database, table: str, keys: tuple[str, ...]) -> tuple[list[str], list[tuple[Any, ...]]]:
+    with db.connect() as conn:
+        cursor = conn.execute(f"SELECT * FROM {table} ORDER BY {', '.join(keys)}")
+        assert cursor.description is not None
+        names = [c.name for c in cursor.description]
+        return names, [tuple(normalize(v) for v in row) for row in cursor.fetchall()]
+
+
+def mirror_rows(spark: SparkSession, path: Path, keys: tuple[str, ...]) -> tuple[list[str], list[tuple[Any, ...]]]:
+    frame = spark.read.format("delta").load(str(path))
+    names = [c for c in frame.columns if not c.startswith("_cdc_")]
+    timestamptz = {f.name for f in frame.schema.fields if f.dataType.typeName() == "timestamp"}
+    rows = frame.select(*names).orderBy(*keys).collect()
+    return names, [tuple(mirror_value(row[c], c, timestamptz) for c in names) for row in rows]
+
+
+def assert_mirrors_equal(spark: SparkSession, db: Database, root: Path) -> None:
+    for table, keys in TABLES.items():
+        schema, name = table.split(".")
+        expected = source_rows(db, table, keys)
+        actual = mirror_rows(spark, root / schema / name, keys)
+        assert actual[0] == expected[0], f"{table}: columns differ"
+        assert len(actual[1]) == len(expected[1]), f"{table}: {len(actual[1])} rows, source has {len(expected[1])}"
+        for got, want in zip(actual[1], expected[1], strict=True):
+            differs = {c: (g, w) for c, g, w in zip(actual[0], got, want, strict=True) if g != w}
+            assert not differs, (
+                f"{table}, row {dict(zip(keys, want[: len(keys)], strict=True))}: (mirror, source) {differs}"
+            )
+
+
+def wait_for_commit(checkpoint: Path, beyond: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")]
+        if commits and max(commits) > beyond:
+            return
+        assert proc.poll() is None, f"the job exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no new micro-batch committed:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+def test_mirror_equals_source_across_restarts(spark: SparkSession, run15: Run, tmp_path: Path) -> None:
+    db = run15.db
+    run15.start()
+    first_part(db)
+    run15.sync()
+    opts = options(run15, tmp_path, available_now=True, max_offsets_per_trigger=700)
+    run_available_now(spark, opts)
+    assert_mirrors_equal(spark, db, tmp_path / "mirror")
+
+    # The job as a process (`python -m cdcd.spark`), killed mid-stream with SIGKILL after a committed batch.
+    second_part(db)
+    run15.sync()
+    done = max(int(p.name) for p in (tmp_path / "checkpoint" / "commits").glob("[0-9]*"))
+    log = tmp_path / "spark.log"
+    args = ["--topic-prefix", run15.prefix, "--bootstrap-servers", opts.bootstrap_servers,
+            "--registry-url", opts.registry_url, "--checkpoint", opts.checkpoint, "--mirror", str(opts.mirror),
+            "--changelog", str(opts.changelog), "--key", "public.audit=id", "--max-offsets-per-trigger", "100",
+            "--trigger-interval", "0 seconds", "--jars-dir", run15.env["CDCD_SPARK_JARS"]]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "cdcd.spark", *args], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for_commit(tmp_path / "checkpoint", done, proc, log)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    third_part(db)
+    run15.sync()
+    run_available_now(spark, opts)
+    assert_mirrors_equal(spark, db, tmp_path / "mirror")
+    # The changelog holds every event once, replays included (Delta's idempotent appends).
+    events = spark.read.format("delta").load(str(tmp_path / "changelog" / "shop" / "items"))
+    assert events.count() == events.select("_partition", "_offset").distinct().count()
+    ops = {r["_op"]: r["count"] for r in events.groupBy("_op").count().collect()}
+    assert ops["c"] == 300 + 6 + 1501 + 1  # inserts, key changes, the streamed transaction, the last row
+    assert ops["d"] == 11 + 6 + 101 + 101
+    pairs = spark.read.format("delta").load(str(tmp_path / "changelog" / "public" / "pairs"))
+    assert pairs.where("_op = 't'").count() == 1
+
+    # A batch holding nothing but a truncate (no key in the batch: the mirror's own key columns are used).
+    db.execute("TRUNCATE audit")
+    run15.sync()
+    run_available_now(spark, opts)
+    assert_mirrors_equal(spark, db, tmp_path / "mirror")
+    assert spark.read.format("delta").load(str(tmp_path / "mirror" / "public" / "audit")).count() == 0

@@ -1,0 +1,34 @@
+"""`python -m cdcd.spark` argument handling (no Spark session is started)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdcd.spark.__main__ import options, parser
+
+
+def test_options_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDCD_KAFKA__BOOTSTRAP_SERVERS", "k:9092")
+    monkeypatch.setenv("CDCD_SCHEMA_REGISTRY__URL", "http://r:8081")
+    monkeypatch.setenv("CDCD_SPARK_REGISTRY_PASSWORD", "pw")
+    args = parser().parse_args(
+        ["--topic-prefix", "p", "--checkpoint", "/c", "--mirror", "/m", "--key", "public.audit=id,at",
+         "--kafka-option", "kafka.security.protocol=SSL", "--registry-user", "u", "--available-now"]
+    )  # fmt: skip
+    opts = options(args)
+    assert (opts.bootstrap_servers, opts.registry_url, opts.registry_auth) == ("k:9092", "http://r:8081", ("u", "pw"))
+    assert opts.keys == {"public.audit": ("id", "at")}
+    assert opts.kafka_options == {"kafka.security.protocol": "SSL"}
+    assert opts.available_now
+    assert opts.changelog is None
+    assert opts.trigger_interval == "5 seconds"
+
+
+def test_missing_servers_and_malformed_pairs_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CDCD_KAFKA__BOOTSTRAP_SERVERS", raising=False)
+    with pytest.raises(SystemExit, match="missing --bootstrap-servers"):
+        options(parser().parse_args(["--topic-prefix", "p", "--checkpoint", "/c", "--registry-url", "http://r"]))
+    args = parser().parse_args(["--topic-prefix", "p", "--checkpoint", "/c", "--bootstrap-servers", "k",
+                                "--registry-url", "http://r", "--key", "nokey"])  # fmt: skip
+    with pytest.raises(SystemExit, match="expected KEY=VALUE"):
+        options(args)
