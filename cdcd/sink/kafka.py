@@ -114,6 +114,10 @@ class _Emit:
         return TxInfo(self.txn_id, self.total, self.counts[topic])
 
 
+# librdkafka errors that mean the configuration is wrong (credentials, certificates), not that Kafka is away.
+_FATAL_CLIENT_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+
+
 class KafkaSink:
     def __init__(self, kafka: KafkaSettings, registry: SchemaRegistrySettings) -> None:
         self.settings = kafka
@@ -121,6 +125,7 @@ class KafkaSink:
         config: dict[str, Any] = {
             "bootstrap.servers": kafka.bootstrap_servers,
             "logger": library_logger("cdcd.librdkafka"),
+            "error_cb": self._client_error,
             "linger.ms": 20,
             "compression.type": "lz4",
             "queue.buffering.max.messages": 100_000,
@@ -131,7 +136,12 @@ class KafkaSink:
             "acks": "all",
         }
         self.producer = Producer(config)
-        self.admin = AdminClient({**kafka.client_config(), "logger": config["logger"]})
+        admin_config: dict[str, Any] = {
+            **kafka.client_config(),
+            "logger": config["logger"],
+            "error_cb": self._client_error,
+        }
+        self.admin = AdminClient(admin_config)
         self.registry = SchemaRegistryClient(registry.client_config())
         self.types: Mapping[int, Type] = {}
         self.keep_alive: Callable[[], None] = lambda: None
@@ -289,6 +299,12 @@ class KafkaSink:
 
     # -- producing ------------------------------------------------------------------------------
 
+    def _client_error(self, error: KafkaError) -> None:
+        """A failed authentication or TLS handshake is a configuration problem that retrying will not fix: stop
+        (nothing unacknowledged is confirmed). Other client errors (broker away...) are retried by librdkafka."""
+        if self._failure is None and (error.code() in _FATAL_CLIENT_ERRORS or error.fatal()):
+            self._failure = f"Kafka client error: {error.str()}"
+
     def _failed(self, topic: str, error: KafkaError) -> None:
         self.delivery_errors += 1
         if self._failure is None:
@@ -373,26 +389,43 @@ class KafkaSink:
                 config=dict(settings.topic_config),
             )
             future = self.admin.create_topics([new], operation_timeout=30)[topic]
-            try:
-                future.result(timeout=60)
-                log.info("topic created", topic=topic, partitions=self.settings.partitions)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise SinkFailure(f"cannot create topic {topic}: {exc.args[0].str()}") from None
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    future.result(timeout=0.5)
+                    log.info("topic created", topic=topic, partitions=self.settings.partitions)
+                    break
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise SinkFailure(f"cannot create topic {topic}: {exc.args[0].str()}") from None
+                    break
+                except TimeoutError:  # meanwhile: client errors (authentication, TLS) and status updates
+                    self.admin.poll(0)
+                    self.producer.poll(0)
+                    self._raise_failure()
+                    self.keep_alive()
+                    if time.monotonic() > deadline:
+                        raise SinkFailure(f"cannot create topic {topic}: Kafka did not answer within 60 s") from None
         self._topics.add(topic)
 
 
 def check_kafka(kafka: KafkaSettings, registry: SchemaRegistrySettings, timeout: float = 10) -> list[str]:
     """Every problem that would stop `cdcd run` on the Kafka side: the broker and the schema registry."""
     problems = []
+    errors: list[str] = []  # what the client saw: names the cause (authentication, TLS) better than the timeout
     try:
-        config: dict[str, Any] = {**kafka.client_config(), "logger": library_logger("cdcd.librdkafka")}
+        config: dict[str, Any] = {**kafka.client_config(), "logger": library_logger("cdcd.librdkafka"),
+                                  "error_cb": lambda e: errors.append(e.str())}  # fmt: skip
         admin = AdminClient(config)
-        metadata = admin.list_topics(timeout=timeout)
+        try:
+            metadata = admin.list_topics(timeout=timeout)
+        finally:
+            admin.poll(0)  # serves error_cb
         if not metadata.brokers:
             problems.append(f"Kafka at {kafka.bootstrap_servers} reports no brokers")
     except KafkaException as exc:
-        problems.append(f"cannot reach Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}")
+        cause = f" ({errors[-1]})" if errors else ""
+        problems.append(f"cannot reach Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}{cause}")
     try:
         SchemaRegistryClient({**registry.client_config(), "timeout": timeout}).get_subjects()
     except Exception as exc:  # connection errors, HTTP errors and bad URLs all land here
