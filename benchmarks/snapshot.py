@@ -86,18 +86,26 @@ def copy_size(dsn: str) -> int:
     return size
 
 
-def time_cdcd(dsn: str, sink: dict[str, Any], extra: dict[str, Any], work: Path) -> tuple[float, dict[str, Any]]:
+def write_config(work: Path, name: str, dsn: str, slot: str, sections: dict[str, Any]) -> Path:
+    """A cdcd config on the bench publication; ``sections`` adds or replaces top-level sections."""
     config = {
-        "source": {"dsn": dsn, "slot": f"bench_{uuid.uuid4().hex[:8]}", "publications": [{"name": "bench_pub"}]},
-        "sink": sink,
+        "source": {"dsn": dsn, "slot": slot, "publications": [{"name": "bench_pub"}]},
         "buffer": {"spill_dir": str(work / "spill")},
         "metrics": {"listen": ""},
         "log": {"format": "json"},
-        **extra,
+        **sections,
     }
-    path = work / "bench.yaml"
+    path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    return path
+
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}  # the stack's would override the config
+
+
+def time_cdcd(dsn: str, sink: dict[str, Any], extra: dict[str, Any], work: Path) -> tuple[float, dict[str, Any]]:
+    path = write_config(work, "bench", dsn, f"bench_{uuid.uuid4().hex[:8]}", {"sink": sink, **extra})
+    env = ENV
     log = work / "cdcd.log"
     start = time.perf_counter()
     with log.open("wb") as err:
@@ -114,18 +122,9 @@ def time_incremental(dsn: str, kafka: dict[str, Any], work: Path, chunk_size: in
     """Seconds from ``cdcd snapshot --table public.bench`` until the daemon logs the table finished (every
     chunk acknowledged by Kafka), with an idle stream."""
     slot = f"bench_inc_{uuid.uuid4().hex[:8]}"
-    config = {
-        "source": {"dsn": dsn, "slot": slot, "publications": [{"name": "bench_pub"}]},
-        "snapshot": {"mode": "never", "state_dir": str(work / "state"), "chunk_size": chunk_size},
-        "sink": {"kind": "kafka"},
-        "buffer": {"spill_dir": str(work / "spill")},
-        "metrics": {"listen": ""},
-        "log": {"format": "json"},
-        **kafka,
-    }
-    path = work / "incremental.yaml"
-    path.write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    snapshot = {"mode": "never", "state_dir": str(work / "state"), "chunk_size": chunk_size}
+    path = write_config(work, "incremental", dsn, slot, {"snapshot": snapshot, "sink": {"kind": "kafka"}, **kafka})
+    env = ENV
     log = work / "incremental.log"
     with log.open("wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stderr=err, env=env,

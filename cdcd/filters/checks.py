@@ -27,6 +27,7 @@ class TableInfo:
     replica_identity: str  # d, n, f, i (pg_class.relreplident)
     identity_columns: tuple[str, ...]  # the replica identity's columns (all of them for FULL)
     columns: tuple[ColumnInfo, ...] = field(default=())
+    oid: int = 0  # pg_class oid (the Relation id pgoutput uses)
 
 
 @dataclass

@@ -37,10 +37,11 @@ def _split(name: str) -> tuple[str, str]:
 
 
 def describe_tables(conn: Conn, names: Sequence[str]) -> dict[str, TableInfo | None]:
-    return {name: _describe(conn, name) for name in names}
+    return {name: describe_table(conn, name) for name in names}
 
 
-def _describe(conn: Conn, name: str) -> TableInfo | None:
+def describe_table(conn: Conn, name: str) -> TableInfo | None:
+    """Columns, types, collations and replica identity of the table or partitioned table ``name``."""
     row = conn.execute(
         "SELECT c.oid, c.relkind, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
@@ -60,7 +61,7 @@ def _describe(conn: Conn, name: str) -> TableInfo | None:
         [oid],
     ).fetchall()
     infos = tuple(ColumnInfo(n, t, m, c) for n, t, m, c in columns)
-    return TableInfo(name, relkind == "p", identity, _identity_columns(conn, oid, identity, infos), infos)
+    return TableInfo(name, relkind == "p", identity, _identity_columns(conn, oid, identity, infos), infos, oid)
 
 
 def _identity_columns(conn: Conn, oid: int, identity: str, columns: tuple[ColumnInfo, ...]) -> tuple[str, ...]:
@@ -68,10 +69,15 @@ def _identity_columns(conn: Conn, oid: int, identity: str, columns: tuple[Column
         return tuple(c.name for c in columns)
     if identity == "n":
         return ()
-    which = "i.indisprimary" if identity == "d" else "i.indisreplident"
+    return index_columns(conn, oid, "i.indisprimary" if identity == "d" else "i.indisreplident")
+
+
+def index_columns(conn: Conn, oid: int, which: str) -> tuple[str, ...]:
+    """The columns, in index order, of the table's index matching ``which`` (i.indisprimary, i.indisreplident)."""
     rows = conn.execute(
-        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
-        f" WHERE i.indrelid = %s AND {which}",
+        "SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(attnum, o)"
+        " JOIN pg_attribute a ON a.attnum = k.attnum"
+        f" WHERE i.indrelid = %s AND a.attrelid = i.indrelid AND {which} ORDER BY k.o",
         [oid],
     ).fetchall()
     return tuple(r[0] for r in rows)

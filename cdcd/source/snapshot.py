@@ -22,7 +22,7 @@ from cdcd.filters.expr import FilterError, parse_filter
 from cdcd.pgoutput.messages import Column, Relation, Row, Type
 from cdcd.snapshot.copy import parse_line
 from cdcd.snapshot.xids import SnapshotXids
-from cdcd.source.catalog import ancestors
+from cdcd.source.catalog import ancestors, describe_table, index_columns
 from cdcd.source.walsender import SourceDisconnected, SourceError, connect
 
 Conn = psycopg.Connection[Any]
@@ -72,51 +72,28 @@ def captured_tables(conn: Conn, publications: Sequence[str]) -> list[str]:
 
 
 def describe(conn: Conn, name: str) -> SnapshotTable:
-    row = conn.execute(
-        "SELECT c.oid, c.relkind, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-        _split(name),
-    ).fetchone()
-    if row is None:
+    info = describe_table(conn, name)
+    if info is None:
         raise TableGone(f"table {name} does not exist")
-    oid, relkind, identity = row
-    columns = conn.execute(
-        "SELECT a.attname, a.atttypid, a.atttypmod FROM pg_attribute a"
-        " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-        [oid],
-    ).fetchall()
-    identity_cols = set(_index_columns(conn, oid, "i.indisreplident" if identity == "i" else "i.indisprimary"))
-    if identity == "f":
-        identity_cols = {c[0] for c in columns}
-    elif identity == "n":
-        identity_cols = set()
-    key = _index_columns(conn, oid, "i.indisreplident") if identity == "i" else ()
-    key = key or _index_columns(conn, oid, "i.indisprimary")
+    identity = info.replica_identity
+    key = index_columns(conn, info.oid, "i.indisreplident") if identity == "i" else ()
+    key = key or index_columns(conn, info.oid, "i.indisprimary")
     schema, table = _split(name)
-    relation = Relation(oid, schema, table, identity, tuple(Column(n, t, m, n in identity_cols) for n, t, m in columns))
+    columns = tuple(Column(c.name, c.type_oid, c.type_modifier, c.name in info.identity_columns) for c in info.columns)
+    relation = Relation(info.oid, schema, table, identity, columns)  # type: ignore[arg-type]
     types = conn.execute(
         "SELECT t.oid, n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
         " WHERE t.oid = ANY(%s) AND t.oid >= %s",
-        [[c[1] for c in columns], _FIRST_USER_TYPE],
+        [[c.type_oid for c in info.columns], _FIRST_USER_TYPE],
     ).fetchall()
     key_types = tuple(
         conn.execute(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s AND attname = %s",
-            [oid, k],
+            [info.oid, k],
         ).fetchone()[0]  # type: ignore[index]
         for k in key
     )
-    return SnapshotTable(name, relation, key, key_types, relkind == "p", tuple(Type(*t) for t in types))
-
-
-def _index_columns(conn: Conn, oid: int, which: str) -> tuple[str, ...]:
-    rows = conn.execute(
-        "SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(attnum, o)"
-        " JOIN pg_attribute a ON a.attnum = k.attnum"
-        f" WHERE i.indrelid = %s AND a.attrelid = i.indrelid AND {which} ORDER BY k.o",
-        [oid],
-    ).fetchall()
-    return tuple(r[0] for r in rows)
+    return SnapshotTable(name, relation, key, key_types, info.partitioned, tuple(Type(*t) for t in types))
 
 
 def select_sql(table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None,
