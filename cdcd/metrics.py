@@ -40,7 +40,7 @@ class State:
     filtered: dict[str, int] = field(default_factory=dict)  # by table
     snapshot_tables_pending: Callable[[], int] = lambda: 0  # queued table snapshots not finished
     postgresql_up: bool = False
-    streaming: bool = False
+    streaming: bool = False  # streaming, or reading the initial snapshot: the daemon is at work
     heartbeat: float = field(default_factory=time.monotonic)  # the main loop's last pass
 
 

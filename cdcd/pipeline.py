@@ -171,6 +171,7 @@ class Pipeline:
     def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, decoder: Decoder) -> None:
         """Read the tables in the slot's exported snapshot, and wait until the sink has all of it."""
         self.notifier.ready("initial snapshot")
+        self.state.streaming = True  # ready: the daemon is doing its work (and Prometheus keeps scraping it)
         self.sink.start_session(SessionContext(info.database, decoder.types, self._beat))
         assert info.exported_snapshot is not None
         with contextlib.suppress(_Stopped):

@@ -66,6 +66,7 @@ def prometheus() -> Prometheus:
 def scraped(prometheus: Prometheus, run: Run, db: Database) -> Iterator[tuple[Prometheus, str]]:
     """`cdcd run` started on the workload schema and registered as a target; yields its instance label."""
     db.execute(SCHEMA)
+    db.execute("INSERT INTO audit VALUES (0, 'before the slot', 0)")  # one initial-snapshot row (op r)
     run.start()
     instance = run.metrics_url().removeprefix("http://")
     target = prometheus.targets / f"{db.name}.json"
@@ -97,6 +98,8 @@ def test_prometheus_sees_the_workload(scraped: tuple[Prometheus, str], run: Run,
     run.sync()
     prom.wait("every event", lambda: (events("c"), events("u"), events("d")) == (500, 10, 5))
     assert prom.value(f'cdcd_events_total{{{sel}, table="public.audit", op="c"}}') == 2
+    assert prom.value(f'cdcd_events_total{{{sel}, table="public.audit", op="r"}}') == 1
+    assert prom.value(f"cdcd_snapshot_tables_pending{{{sel}}}") == 0
     assert prom.value(f'sum(cdcd_events_total{{{sel}, op=~"c|u|d"}})') == 517
     assert (prom.value(f'rate(cdcd_events_total{{{sel}, table="public.items", op="c"}}[1m])') or 0) > 0
     # plain, or streamed on PostgreSQL 16+ (the harness makes every transaction stream there)
