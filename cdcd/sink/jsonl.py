@@ -115,11 +115,9 @@ class JsonLinesSink:
         _, write, _ = self._writer(relation)
         lsn = format_lsn(batch.lsn)
         head = f'{{"op":"r","schema":{_quote(relation.schema)},"table":{_quote(relation.name)},"before":null,"after":'
-        last = len(batch.rows) - 1
         lines = []
         for i, row in enumerate(batch.rows):
-            marker = "first" if i == 0 and batch.first else "last" if i == last and batch.last else batch.marker
-            tail = f',"snapshot":"{marker}","xid":null,"commit_lsn":"{lsn}","lsn":"{lsn}"}}'
+            tail = f',"snapshot":"{batch.row_marker(i)}","xid":null,"commit_lsn":"{lsn}","lsn":"{lsn}"}}'
             lines.append(f"{head}{write(row, False)[0]}{tail}")
         self.events[f"{relation.schema}.{relation.name}", "r"] += len(lines)
         self._emit(lines)

@@ -222,11 +222,9 @@ class KafkaSink:
         lsn, topic = batch.lsn, table.topic
         source = SourceInfo(version=__version__, db=self.database, ts_us=batch.ts_us, snapshot=batch.marker,
                             commit_lsn=lsn)  # fmt: skip
-        last = len(batch.rows) - 1
         for i, row in enumerate(batch.rows):
-            marked = source
-            if (i == 0 and batch.first) or (i == last and batch.last):
-                marked = replace(source, snapshot="first" if i == 0 and batch.first else "last")
+            marker = batch.row_marker(i)
+            marked = source if marker == batch.marker else replace(source, snapshot=marker)
             key = None if key_header is None else key_header + encode_key(row)
             self._produce(topic, key, value_header + encode("r", None, row, marked, lsn, now_us), ctx)
         self.events[table.label, "r"] += len(batch.rows)

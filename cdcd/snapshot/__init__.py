@@ -29,3 +29,11 @@ class SnapshotBatch:
     first: bool = False
     last: bool = False
     done: Callable[[], None] | None = None
+
+    def row_marker(self, index: int) -> str:
+        """``source.snapshot`` of row ``index``: first or last at the ends of the whole initial snapshot."""
+        if index == 0 and self.first:
+            return "first"
+        if self.last and index == len(self.rows) - 1:
+            return "last"
+        return self.marker
