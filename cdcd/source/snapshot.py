@@ -76,7 +76,8 @@ def describe(conn: Conn, name: str) -> SnapshotTable:
     if info is None:
         raise TableGone(f"table {name} does not exist")
     identity = info.replica_identity
-    key = index_columns(conn, info.oid, "i.indisreplident") if identity == "i" else ()
+    # the replica identity index (i), else the primary key (which is the identity under d)
+    key = info.identity_columns if identity in ("i", "d") else ()
     key = key or index_columns(conn, info.oid, "i.indisprimary")
     schema, table = _split(name)
     columns = tuple(Column(c.name, c.type_oid, c.type_modifier, c.name in info.identity_columns) for c in info.columns)
@@ -161,11 +162,8 @@ class SnapshotReader:
 
     def rows(self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]:
         """Every row of ``table`` matching ``condition``, in key order, after key ``after``."""
-        width = len(table.relation.columns)
         try:
-            with self.conn.cursor().copy(select_sql(table, condition, after, None)) as copy:
-                for data in copy:
-                    yield parse_line(bytes(data)[:-1].decode(), width)
+            yield from _copy_rows(self.conn, table, select_sql(table, condition, after, None))
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
         except psycopg.Error as exc:
@@ -177,15 +175,13 @@ class SnapshotReader:
         description and up to ``limit`` rows after ``after``, then the high watermark."""
         conn = self.conn
         try:
-            self.emit(WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "low"})
+            emit(conn, WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "low"})
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             try:
                 xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
                 table = describe(conn, name)
-                width = len(table.relation.columns)
-                with conn.cursor().copy(select_sql(table, condition, after, limit)) as copy:
-                    rows = [parse_line(bytes(data)[:-1].decode(), width) for data in copy]
-                self.emit(WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "high"})
+                rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit)))
+                emit(conn, WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "high"})
                 # A non-transactional message waits for the WAL writer (up to wal_writer_delay) before the
                 # walsender may send it; a commit with an xid and synchronous_commit on flushes it at once.
                 conn.execute("SET LOCAL synchronous_commit = on")
@@ -198,15 +194,24 @@ class SnapshotReader:
             raise SourceError(f"cannot read a chunk of {name}: {_first(exc)}") from None
         return ChunkRead(table, rows, xids, watermark)
 
-    def emit(self, prefix: str, content: dict[str, Any]) -> None:
-        """A non-transactional logical decoding message: it reaches the stream at its WAL position."""
-        self.conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", [prefix, json.dumps(content)])
-
     def _guard(self, call: Callable[[], _T]) -> _T:
         try:
             return call()
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
+
+
+def _copy_rows(conn: Conn, table: SnapshotTable, copy_sql: sql.Composed) -> Iterator[Row]:
+    """The rows ``COPY ... TO STDOUT`` (text format) writes, in pgoutput's text form."""
+    width = len(table.relation.columns)
+    with conn.cursor().copy(copy_sql) as copy:
+        for data in copy:
+            yield parse_line(bytes(data)[:-1].decode(), width)
+
+
+def emit(conn: Conn, prefix: str, content: dict[str, Any]) -> None:
+    """A non-transactional logical decoding message: it reaches the stream at its WAL position."""
+    conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", [prefix, json.dumps(content)])
 
 
 def _first(exc: BaseException) -> str:
@@ -242,8 +247,7 @@ def request_snapshot(settings: SourceSettings, table: str, where: str | None) ->
         except psycopg.Error as exc:
             raise SnapshotRequestError(f"--where does not work on {table}: {_first(exc)}") from None
         request_id = uuid.uuid4().hex[:12]
-        content = {"slot": settings.slot, "table": table, "where": condition, "id": request_id}
-        conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", [REQUEST_PREFIX, json.dumps(content)])
+        emit(conn, REQUEST_PREFIX, {"slot": settings.slot, "table": table, "where": condition, "id": request_id})
         return request_id
     except psycopg.OperationalError as exc:
         raise SourceDisconnected(f"connection lost: {_first(exc)}") from None
