@@ -37,7 +37,6 @@ class TableProgress:
 @dataclass
 class SnapshotState:
     slot: str
-    system_id: str = ""
     initial: Literal["none", "running", "done"] = "none"
     consistent_point: int | None = None
     queue: list[TableProgress] = field(default_factory=list)  # unfinished snapshots, in order
@@ -111,6 +110,3 @@ class StateStore:
             tmp.replace(self.path)
         except OSError as exc:
             raise StateError(f"cannot write snapshot state {self.path}: {exc.strerror}") from None
-
-    def delete(self) -> None:
-        self.path.unlink(missing_ok=True)
