@@ -20,9 +20,6 @@ from typing import Any, Final
 MAGIC: Final = 0
 HEADER_SIZE: Final = 5
 
-# Topics cdcd writes beside the table topics (cdcd/sink/kafka.py): not tables, never mirrored.
-NON_TABLE_SUFFIXES: Final = ("message", "transaction")
-
 
 class WireFormatError(ValueError):
     """A message that is not in the Confluent wire format."""
@@ -53,7 +50,7 @@ def table_of(topic: str, prefix: str) -> tuple[str, str] | None:
     if not topic.startswith(prefix + "."):
         return None
     parts = topic[len(prefix) + 1 :].split(".")
-    if len(parts) != 2 or parts[0] in NON_TABLE_SUFFIXES:
+    if len(parts) != 2:  # cdcd's <prefix>.message and <prefix>.transaction have one part
         return None
     return parts[0], parts[1]
 

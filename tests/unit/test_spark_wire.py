@@ -40,6 +40,7 @@ def test_topic_pattern_matches_table_topics_only() -> None:
 def test_table_of() -> None:
     assert table_of("p.shop.items", "p") == ("shop", "items")
     assert table_of("p.transaction", "p") is None
+    assert table_of("p.transaction.log", "p") == ("transaction", "log")  # a schema named like cdcd's topics
     assert table_of("p.a.b.c", "p") is None
     assert table_of("q.shop.items", "p") is None
 
