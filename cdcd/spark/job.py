@@ -40,7 +40,7 @@ from cdcd.spark.schema import (
     table_schema,
     union,
 )
-from cdcd.spark.wire import Registry, schema_id, table_of, topic_pattern
+from cdcd.spark.wire import HEADER_SIZE, Registry, header, schema_id, table_of, topic_pattern
 
 log = logging.getLogger("cdcd.spark")
 
@@ -216,7 +216,12 @@ class BatchWriter:
         started = time.monotonic()
         self.spark = batch.sparkSession  # the micro-batch's own session: its temp views are only visible there
         raw = batch.where("value IS NOT NULL").selectExpr(  # tombstones carry nothing the mirror needs
-            "topic", "partition", "offset", "value", "substring(value, 1, 5) AS _vh", "substring(key, 1, 5) AS _kh"
+            "topic",
+            "partition",
+            "offset",
+            "value",
+            f"substring(value, 1, {HEADER_SIZE}) AS _vh",
+            f"substring(key, 1, {HEADER_SIZE}) AS _kh",
         )
         raw.persist()
         try:
@@ -257,11 +262,10 @@ class BatchWriter:
             yield TableBatch(names[0], names[1], events, schemas, key_ids)
 
     def _decode(self, raw: DataFrame, topic: str, id_: int, writer: TableSchema, wide: TableSchema) -> DataFrame:
-        header = bytearray(b"\x00" + id_.to_bytes(4, "big"))
         envelope: SparkColumn = from_avro(
-            F.expr("substring(value, 6)"), self.registry.schema(id_), {"mode": "FAILFAST"}
+            F.expr(f"substring(value, {HEADER_SIZE + 1})"), self.registry.schema(id_), {"mode": "FAILFAST"}
         )
-        rows = raw.where((F.col("topic") == topic) & (F.col("_vh") == F.lit(header)))
+        rows = raw.where((F.col("topic") == topic) & (F.col("_vh") == F.lit(bytearray(header(id_)))))
         return rows.select(envelope.alias("e"), "partition", "offset").selectExpr(
             f"e.op AS {OP}",
             f"coalesce(e.source.commit_lsn, 0) AS {EV_COMMIT_LSN}",

@@ -25,17 +25,17 @@ KEEP_PREFIX: Final = "_keep_"
 Position = tuple[int, int]
 
 
-def position_after(commit_lsn: str, lsn: str, position: Position) -> str:
-    """SQL: the position (commit_lsn, lsn) is strictly after ``position``."""
+def position_after(commit_lsn: str, lsn: str, position: Position | tuple[str, str]) -> str:
+    """SQL: the position (commit_lsn, lsn) is strictly after ``position`` (values, or columns of another row)."""
     c, n = position
     return f"({commit_lsn} > {c} OR ({commit_lsn} = {c} AND {lsn} > {n}))"
 
 
 def newer(source: str = "s", target: str = "t") -> str:
     """SQL: the source event is strictly after the event that last wrote the target row."""
-    sc, sl = f"{source}.{EV_COMMIT_LSN}", f"{source}.{EV_LSN}"
-    tc, tl = f"{target}.{COMMIT_LSN}", f"{target}.{LSN}"
-    return f"({sc} > {tc} OR ({sc} = {tc} AND {sl} > {tl}))"
+    return position_after(
+        f"{source}.{EV_COMMIT_LSN}", f"{source}.{EV_LSN}", (f"{target}.{COMMIT_LSN}", f"{target}.{LSN}")
+    )
 
 
 def key_expressions(keys: Sequence[str]) -> list[str]:
@@ -103,8 +103,7 @@ def merge_sql(table: str, source: str, keys: Sequence[str], schema: TableSchema)
 
 def truncate_sql(table: str, position: Position) -> str:
     """Clear the mirror as of a truncate: every row written before it goes (rows written after it stay)."""
-    c, n = position
-    return f"DELETE FROM {table} WHERE NOT {position_after(COMMIT_LSN, LSN, (c, n))}"
+    return f"DELETE FROM {table} WHERE NOT {position_after(COMMIT_LSN, LSN, position)}"
 
 
 def evolve_sql(table: str, current: TableSchema, target: TableSchema) -> list[str]:
@@ -117,7 +116,7 @@ def evolve_sql(table: str, current: TableSchema, target: TableSchema) -> list[st
     out = []
     added = [c for c in target.columns if c.name not in have]
     if added:
-        out.append(f"ALTER TABLE {table} ADD COLUMNS ({', '.join(f'{quote(c.name)} {c.ddl}' for c in added)})")
+        out.append(f"ALTER TABLE {table} ADD COLUMNS ({TableSchema(tuple(added)).ddl()})")
     dropped = [n for n in current.names if n not in want]
     if dropped:
         out.append(f"ALTER TABLE {table} DROP COLUMNS ({', '.join(quote(n) for n in dropped)})")

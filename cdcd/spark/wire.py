@@ -36,6 +36,11 @@ def schema_id(header: bytes | bytearray | None) -> int | None:
     return int.from_bytes(header[1:HEADER_SIZE], "big")
 
 
+def header(id_: int) -> bytes:
+    """The five header bytes of a key or value written with schema ``id_``."""
+    return bytes([MAGIC]) + id_.to_bytes(4, "big")
+
+
 def topic_pattern(prefix: str) -> str:
     """The Kafka ``subscribePattern`` for the table topics under ``prefix``: ``<prefix>.<schema>.<table>``.
 
