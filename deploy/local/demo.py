@@ -167,13 +167,10 @@ def mirror(env: dict[str, str], dsn: str) -> bool:
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             source = [int(conn.execute(q).fetchone()[0]) for _, q in MIRRORED]  # type: ignore[index]
-        read: dict[int, int] = {}  # Kafka messages per micro-batch id
         while not caught_up and time.monotonic() - started < 180:
             time.sleep(1)
             progress = query.lastProgress
-            if progress:
-                read[int(progress["batchId"])] = int(progress["numInputRows"])
-            applied = sum(read.values())
+            applied = sum(int(p["numInputRows"]) for p in query.recentProgress)  # Kafka messages read
             counts = mirror_counts(spark, work / "mirror")
             shown = ", ".join(
                 f"{t} {m if m is not None else '-'}/{s}" for (t, _), m, s in zip(MIRRORED, counts, source, strict=True)
