@@ -45,10 +45,9 @@ def pg15() -> PgServer:
 
 
 @pytest.fixture(scope="module")
-def env15() -> dict[str, str]:
-    for component in ("kafka", "registry", "spark"):
-        subprocess.run([str(STACK), "up", component], check=True, env=os.environ.copy())
-    return stack_env("15")
+def env15(kafka_env: dict[str, str]) -> dict[str, str]:
+    subprocess.run([str(STACK), "up", "spark"], check=True, env=os.environ.copy())
+    return kafka_env
 
 
 @pytest.fixture(scope="module")
