@@ -39,19 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import yaml
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.schema_registry import SchemaRegistryClient
-
-ROOT = Path(__file__).resolve().parents[1]
-STACK = ROOT / "deploy" / "local" / "stack"
-
-
-def stack_env() -> dict[str, str]:
-    out = subprocess.run(["bash", "-c", f'eval "$(PG_VERSION=15 {STACK} env)" && env -0'],
-                         check=True, capture_output=True).stdout.decode()  # fmt: skip
-    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+from local_stack import CDCD_ENV, count_messages, delete_topics, stack_env, wait_until, write_config
 
 
 def create_table(admin_dsn: str, name: str, rows: int) -> str:
@@ -86,30 +74,12 @@ def copy_size(dsn: str) -> int:
     return size
 
 
-def write_config(work: Path, name: str, dsn: str, slot: str, sections: dict[str, Any]) -> Path:
-    """A cdcd config on the bench publication; ``sections`` adds or replaces top-level sections."""
-    config = {
-        "source": {"dsn": dsn, "slot": slot, "publications": [{"name": "bench_pub"}]},
-        "buffer": {"spill_dir": str(work / "spill")},
-        "metrics": {"listen": ""},
-        "log": {"format": "json"},
-        **sections,
-    }
-    path = work / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}  # the stack's would override the config
-
-
 def time_cdcd(dsn: str, sink: dict[str, Any], extra: dict[str, Any], work: Path) -> tuple[float, dict[str, Any]]:
     path = write_config(work, "bench", dsn, f"bench_{uuid.uuid4().hex[:8]}", {"sink": sink, **extra})
-    env = ENV
     log = work / "cdcd.log"
     start = time.perf_counter()
     with log.open("wb") as err:
-        code = subprocess.run([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stderr=err, env=env,
+        code = subprocess.run([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stderr=err, env=CDCD_ENV,
                               stdout=subprocess.DEVNULL, check=False).returncode  # fmt: skip
     seconds = time.perf_counter() - start
     if code != 0:
@@ -124,43 +94,22 @@ def time_incremental(dsn: str, kafka: dict[str, Any], work: Path, chunk_size: in
     slot = f"bench_inc_{uuid.uuid4().hex[:8]}"
     snapshot = {"mode": "never", "state_dir": str(work / "state"), "chunk_size": chunk_size}
     path = write_config(work, "incremental", dsn, slot, {"snapshot": snapshot, "sink": {"kind": "kafka"}, **kafka})
-    env = ENV
     log = work / "incremental.log"
     with log.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stderr=err, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stderr=err, env=CDCD_ENV,
                                 stdout=subprocess.DEVNULL)  # fmt: skip
     try:
-        _wait(lambda: '"streaming"' in log.read_text(), proc, log)
+        wait_until(lambda: '"streaming"' in log.read_text(), proc, log, 0.02)
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "cdcd", "snapshot", "--config", str(path), "--table", "public.bench"],
-                       check=True, env=env, stdout=subprocess.DEVNULL)  # fmt: skip
-        _wait(lambda: '"table snapshot finished"' in log.read_text(), proc, log)
+                       check=True, env=CDCD_ENV, stdout=subprocess.DEVNULL)  # fmt: skip
+        wait_until(lambda: '"table snapshot finished"' in log.read_text(), proc, log, 0.02)
         return time.perf_counter() - start
     finally:
         proc.terminate()
         proc.wait(timeout=60)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
-
-
-def _wait(condition: Any, proc: subprocess.Popen[bytes], log: Path) -> None:
-    while not condition():
-        if proc.poll() is not None:
-            raise SystemExit(f"cdcd exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.02)
-
-
-def count_messages(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}"})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        total = 0
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            total += high - low
-        return total
-    finally:
-        consumer.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,15 +177,7 @@ def report(results: dict[str, list[float]], reads: list[float], rows: int, size:
 def cleanup(admin_dsn: str, name: str, bootstrap: str, registry_url: str, prefix: str) -> None:
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin_client = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [t for t in admin_client.list_topics(timeout=10).topics if t.startswith(prefix)]
-    if topics:
-        for future in admin_client.delete_topics(topics).values():
-            future.result()
-    registry = SchemaRegistryClient({"url": registry_url})
-    for subject in registry.get_subjects():
-        if subject.startswith(prefix):
-            registry.delete_subject(subject, permanent=False)
+    delete_topics(bootstrap, registry_url, prefix)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import secrets
 import shutil
 import subprocess
@@ -38,19 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import yaml
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from local_stack import CDCD_ENV, count_messages, delete_topics, stack_env, wait_until, write_config
 
 from cdcd.spark.job import Options, session, start
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def stack_env() -> dict[str, str]:
-    script = f'eval "$(PG_VERSION=15 {ROOT}/deploy/local/stack env)" && env -0'
-    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True).stdout.decode()
-    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
 
 
 def workload(dsn: str, rows: int) -> None:
@@ -69,29 +58,6 @@ def workload(dsn: str, rows: int) -> None:
             conn.execute("DELETE FROM bench WHERE id %% 10 = 0 AND id BETWEEN %s AND %s", [start_id, start_id + 9999])
 
 
-def wait_confirmed(conn: psycopg.Connection[Any], slot: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
-    query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
-    while not conn.execute(query, [lsn, slot]).fetchone()[0]:  # type: ignore[index]
-        if proc.poll() is not None:
-            raise SystemExit(f"cdcd run exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-
-
-def kafka_messages(bootstrap: str, prefix: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": prefix + "-count"})
-    total = 0
-    for name, topic in consumer.list_topics(timeout=10).topics.items():
-        if name.startswith(prefix + ".public."):
-            for p in topic.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
-                total += high - low
-    consumer.close()
-    return total
-
-
 SUMMARY = "SELECT count(*), coalesce(sum(n), 0), coalesce(sum(length(v)), 0) FROM bench"
 
 
@@ -106,20 +72,21 @@ def mirror_summary(spark: Any, path: str) -> tuple[int, int, int]:
 
 
 def start_cdcd(env: dict[str, str], dsn: str, name: str, work: Path) -> subprocess.Popen[bytes]:
-    config = {
-        "source": {"dsn": dsn, "slot": name, "publications": [{"name": "bench_pub"}]},
+    path = write_config(work, "cdcd", dsn, name, {
         "sink": {"kind": "kafka"},
         "kafka": {"bootstrap_servers": env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], "topic_prefix": name},
         "schema_registry": {"url": env["CDCD_SCHEMA_REGISTRY__URL"]},
-        "buffer": {"spill_dir": str(work / "spill")},
-        "metrics": {"listen": ""},
-        "log": {"format": "json"},
-    }
-    (work / "cdcd.yaml").write_text(yaml.safe_dump(config))
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    })  # fmt: skip
     with (work / "cdcd.log").open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(work / "cdcd.yaml")],
-                                stderr=out, stdout=subprocess.DEVNULL, env=clean)  # fmt: skip
+        return subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)],
+                                stderr=out, stdout=subprocess.DEVNULL, env=CDCD_ENV)  # fmt: skip
+
+
+def wait_confirmed(conn: psycopg.Connection[Any], slot: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the slot confirmed the server's current WAL position (Kafka holds every event)."""
+    lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
+    query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
+    wait_until(lambda: conn.execute(query, [lsn, slot]).fetchone()[0], proc, log, 0.2)  # type: ignore[index]
 
 
 def backlog(spark: Any, options: Options, messages: int) -> None:
@@ -190,7 +157,7 @@ def bench(args: argparse.Namespace, env: dict[str, str], name: str, work: Path) 
                 max_offsets_per_trigger=args.max_offsets_per_trigger,
                 trigger_interval=args.trigger_interval,
             )
-            backlog(spark, options, kafka_messages(env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], name))
+            backlog(spark, options, count_messages(env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], name + ".public."))
             path = str(work / "mirror" / "public" / "bench")
             convergence(spark, options, conn, path)
             compare(spark, conn, path)
@@ -206,14 +173,7 @@ def cleanup(env: dict[str, str], name: str, work: Path) -> None:
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", [name]
         )
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    kafka = AdminClient({"bootstrap.servers": env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]})
-    topics = [t for t in kafka.list_topics(timeout=10).topics if t.startswith(name + ".")]
-    for future in kafka.delete_topics(topics).values() if topics else []:
-        future.result()
-    registry = SchemaRegistryClient({"url": env["CDCD_SCHEMA_REGISTRY__URL"]})
-    for subject in registry.get_subjects():
-        if subject.startswith(name + "."):
-            registry.delete_subject(subject, permanent=False)
+    delete_topics(env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], env["CDCD_SCHEMA_REGISTRY__URL"], name + ".")
     shutil.rmtree(work, ignore_errors=True)
 
 
