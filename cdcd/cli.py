@@ -184,6 +184,7 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
     finally:
         if metrics is not None:
             metrics.close()
+        sink.close()
         if opened is not None:
             opened.close()
     stats, filters = pipeline.stats, pipeline.filter_stats

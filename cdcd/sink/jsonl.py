@@ -134,6 +134,9 @@ class JsonLinesSink:
         self.out.flush()
         return True
 
+    def close(self) -> None:
+        """Nothing to release: the caller owns the output file."""
+
     def _emit(self, lines: list[str]) -> None:
         if lines:
             self.out.write(("\n".join(lines) + "\n").encode())

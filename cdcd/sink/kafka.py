@@ -247,6 +247,15 @@ class KafkaSink:
         self._raise_failure()
         return remaining == 0
 
+    def close(self) -> None:
+        """Destroy the Kafka clients now, while the interpreter is whole. They hold callbacks into this sink (a
+        cycle the frozen collector leaves to interpreter shutdown), and a librdkafka thread calling back during
+        shutdown crashed the process (SIGSEGV after a SASL authentication failure). What was not acknowledged
+        by now is dropped: it was never confirmed, so the next run sends it again."""
+        self.producer.purge()
+        self.producer.close()  # flushes: after the purge, only the purged messages' reports
+        del self.producer, self.admin
+
     # -- events ---------------------------------------------------------------------------------
 
     def _row(self, change: RowChange, source: SourceInfo, ctx: _Emit) -> None:
