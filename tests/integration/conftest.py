@@ -61,11 +61,20 @@ def stack_env(version: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
 
 
-@pytest.fixture(scope="session", params=VERSIONS, ids=lambda v: f"pg{v}")
-def pg(request: pytest.FixtureRequest) -> PgServer:
-    version = str(request.param)
+def start_pg(version: str) -> PgServer:
     subprocess.run([str(STACK), "up", "pg"], check=True, env={**os.environ, "PG_VERSION": version})
     return PgServer(int(version), stack_env(version))
+
+
+@pytest.fixture(scope="session", params=VERSIONS, ids=lambda v: f"pg{v}")
+def pg(request: pytest.FixtureRequest) -> PgServer:
+    return start_pg(str(request.param))
+
+
+@pytest.fixture(scope="session")
+def pg15() -> PgServer:
+    """PostgreSQL 15 (Debian's), for tests that run on one version only."""
+    return start_pg("15")
 
 
 @pytest.fixture(scope="session")

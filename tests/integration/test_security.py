@@ -21,16 +21,10 @@ import pytest
 import yaml
 
 from cdcd.logging import redact, register_secret
-from tests.integration.conftest import STACK, Database, PgServer, scratch_database, stack_env
+from tests.integration.conftest import Database, PgServer, scratch_database
 from tests.integration.workload import SCHEMA
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def pg15() -> PgServer:
-    subprocess.run([str(STACK), "up", "pg"], check=True, env={**os.environ, "PG_VERSION": "15"})
-    return PgServer(15, stack_env("15"))
 
 
 @pytest.fixture

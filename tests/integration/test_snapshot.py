@@ -22,7 +22,7 @@ import pytest
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from tests.integration.conftest import STACK, Database, PgServer, Tail, scratch_database, stack_env
+from tests.integration.conftest import Database, PgServer, Tail, scratch_database
 from tests.integration.kafka_harness import Event, Run
 
 pytestmark = pytest.mark.integration
@@ -34,12 +34,6 @@ INSERT INTO big SELECT g, g % 97, CASE WHEN g % 10 = 0 THEN NULL ELSE 's' || g E
        CASE WHEN g % 500 = 0 THEN repeat(md5(g::text), 100) END
   FROM generate_series(1, ROWS) g;
 """  # doc: every 500th row has a 3.2 kB value stored out of line (TOAST), unchanged by the workload's updates
-
-
-@pytest.fixture(scope="module")
-def pg15() -> PgServer:
-    subprocess.run([str(STACK), "up", "pg"], check=True, env={**os.environ, "PG_VERSION": "15"})
-    return PgServer(15, stack_env("15"))
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdcd.spark.job import Options, session, start
-from tests.integration.conftest import STACK, Database, PgServer, scratch_database, stack_env
+from tests.integration.conftest import STACK, Database, PgServer, scratch_database
 from tests.integration.kafka_harness import Run
 
 pytestmark = pytest.mark.integration
@@ -36,12 +36,6 @@ CREATE PUBLICATION cdcd_pub FOR TABLE shop.items, pairs, audit;
 """
 TABLES = {"shop.items": ("id",), "public.pairs": ("a", "b"), "public.audit": ("id",)}
 BIG = "".join(uuid.uuid4().hex for _ in range(400))  # 12,800 characters, stored out of line (not compressed)
-
-
-@pytest.fixture(scope="module")
-def pg15() -> PgServer:
-    subprocess.run([str(STACK), "up", "pg"], check=True, env={**os.environ, "PG_VERSION": "15"})
-    return PgServer(15, stack_env("15"))
 
 
 @pytest.fixture(scope="module")
