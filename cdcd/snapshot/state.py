@@ -37,6 +37,7 @@ class TableProgress:
 @dataclass
 class SnapshotState:
     slot: str
+    system_id: str = ""  # never set yet; kept: state files written since the field was added hold it
     initial: Literal["none", "running", "done"] = "none"
     consistent_point: int | None = None
     queue: list[TableProgress] = field(default_factory=list)  # unfinished snapshots, in order
