@@ -31,7 +31,8 @@ from cdcd.pgoutput import DecodeError
 from cdcd.pipeline import Pipeline
 from cdcd.sink import Sink, SinkFailure
 from cdcd.sink.jsonl import JsonLinesSink
-from cdcd.snapshot.state import state_dir_problem
+from cdcd.snapshot.runner import SnapshotError
+from cdcd.snapshot.state import StateError, state_dir_problem
 from cdcd.source.checks import check_source
 from cdcd.source.walsender import SourceDisconnected, SourceError
 
@@ -180,6 +181,10 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
         return EXIT_FAILURE
     except SinkFailure as exc:
         log.error("sink failed; stopping", error=str(exc), flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))
+        return EXIT_FAILURE
+    except (StateError, SnapshotError) as exc:
+        log.error("snapshot cannot go on; stopping", error=str(exc),
+                  flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))  # fmt: skip
         return EXIT_FAILURE
     finally:
         if metrics is not None:

@@ -356,6 +356,21 @@ def test_lost_slot_is_an_error_unless_when_needed_which_snapshots_again(
     assert "the slot was lost or invalidated" in tail.log.read_text()
 
 
+def test_an_unusable_state_file_stops_cdcd_with_the_file_named(db: Database, tail_factory: Callable[..., Tail]) -> None:
+    db.execute("CREATE TABLE k (id int PRIMARY KEY); CREATE PUBLICATION cdcd_pub FOR TABLE k")
+    tail = tail_factory()
+    state = Path(yaml.safe_load(tail.config.read_text())["snapshot"]["state_dir"]) / f"{tail.slot}.snapshot.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text("{not json")
+    proc = tail.start().proc
+    assert proc is not None
+    assert proc.wait(timeout=60) == 1
+    log = tail.log.read_text()
+    assert "snapshot cannot go on" in log
+    assert f"snapshot state {state} is not valid JSON" in log
+    assert "Traceback" not in log
+
+
 def test_an_incompatible_column_type_change_stops_with_the_column_named(run: Run, db: Database) -> None:
     db.execute("CREATE TABLE c (id int PRIMARY KEY, v int); INSERT INTO c VALUES (1, 1);"
                "CREATE PUBLICATION cdcd_pub FOR TABLE c")  # fmt: skip
