@@ -363,6 +363,7 @@ class Bench:
                 "reconnect": {"max_attempts": 1},
             },
             "buffer": {"memory_limit": self.args.memory_limit, "spill_dir": str(self.workdir / f"spill-{slot}")},
+            "snapshot": {"state_dir": str(self.workdir / f"state-{slot}")},
             "log": {"level": "info", "format": "json"},
             **sections,
         }

@@ -36,6 +36,7 @@ def write_config(work: Path, name: str, dsn: str, slot: str, sections: dict[str,
     config = {
         "source": {"dsn": dsn, "slot": slot, "publications": [{"name": "bench_pub"}]},
         "buffer": {"spill_dir": str(work / "spill")},
+        "snapshot": {"state_dir": str(work / "state")},
         "metrics": {"listen": ""},
         "log": {"format": "json"},
         **sections,

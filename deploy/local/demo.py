@@ -192,7 +192,8 @@ def main() -> int:
     reset_database(env["CDCD_SOURCE__DSN"])
     reset_topics(env["CDCD_KAFKA__BOOTSTRAP_SERVERS"])
     dsn = env["CDCD_SOURCE__DSN"].replace("dbname=cdcd", f"dbname={DB}")
-    child_env = {**os.environ, **env, "CDCD_SOURCE__DSN": dsn + " options='-c logical_decoding_work_mem=64kB'"}
+    child_env = {**os.environ, **env, "CDCD_SOURCE__DSN": dsn + " options='-c logical_decoding_work_mem=64kB'",
+                 "CDCD_SNAPSHOT__STATE_DIR": tempfile.mkdtemp(prefix="cdcd-demo-state-")}  # fmt: skip
     cmd = [sys.executable, "-m", "cdcd", "run", "--config", str(ROOT / "config/demo.yaml")]
     print("$", " ".join(cmd[2:]))
     daemon = subprocess.Popen(cmd, env=child_env)
