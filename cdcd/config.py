@@ -287,6 +287,9 @@ class SnapshotSettings(_Section):
     state_dir: Path = Field(
         Path("/var/lib/cdcd/state"), description="where snapshot progress is kept, so a restart resumes it"
     )
+    progress_interval_s: float = Field(
+        30.0, gt=0, description="while a table is snapshotted, log its rows, estimate, rate and time left this often"
+    )
 
 
 class SinkSettings(_Section):
@@ -297,7 +300,8 @@ class SinkSettings(_Section):
 
 class MetricsSettings(_Section):
     listen: str = Field(
-        "0.0.0.0:9187", description="host:port serving /metrics, /healthz and /readyz; empty disables; port 0 picks one"
+        "0.0.0.0:9187",
+        description="host:port serving /metrics, /status, /healthz and /readyz; empty disables; port 0 picks one",
     )
     health_timeout_s: float = Field(60.0, gt=0, description="/healthz fails when the main loop stalls this long")
     slot_check_interval_s: float = Field(30.0, gt=0, description="how often to query the WAL the slot retains")

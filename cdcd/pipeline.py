@@ -27,6 +27,7 @@ from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import LogicalMessage, Message, RowChange
 from cdcd.progress import Progress
 from cdcd.sink import SessionContext, Sink
+from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.runner import Snapshotter, start_state
 from cdcd.snapshot.state import StateStore
 from cdcd.source.protocol import (
@@ -74,6 +75,7 @@ class Pipeline:
         self._assembler: Assembler | None = None
         self.snapshotter: Snapshotter | None = None
         self.snapshot_rows: Counter[str] = Counter()  # rows snapshotted, by table
+        self.meters = SnapshotMeters(settings.snapshot.progress_interval_s)  # kept across reconnects
         self._captured: list[str] = []
         self._recent_xids: deque[int] = deque(maxlen=4096)  # transactions just emitted (chunk visibility check)
         self.state = State(
@@ -83,6 +85,8 @@ class Pipeline:
             buffer_bytes=lambda: (self.pool.memory_bytes, self.pool.spilled_bytes),
             filtered=self.filter_stats.filtered,
             snapshot_tables_pending=lambda: len(self.snapshotter.state.queue) if self.snapshotter else 0,
+            snapshot_meters=self.meters,
+            slot=settings.source.slot,
         )
 
     def run(self) -> None:
@@ -102,6 +106,7 @@ class Pipeline:
                     raise
                 self.stats.reconnects += 1
                 self.state.postgresql_up = self.state.streaming = False
+                self.state.phase = "reconnecting"
                 self.state.heartbeat = time.monotonic()  # waiting to retry is the loop working
                 self.notifier.watchdog()
                 self.notifier.status(f"reconnecting: {exc}")
@@ -141,8 +146,8 @@ class Pipeline:
                 store.save(state)
                 self.snapshotter = Snapshotter(reader, self.sink, self.progress, store, state, info.filter_plan,
                                                self.settings.snapshot.chunk_size, decoder.types,
-                                               self._count_snapshot_rows)  # fmt: skip
-                self.state.postgresql_up = True
+                                               self._count_snapshot_rows, self.meters)  # fmt: skip
+                self._connected(info, reader)
                 if info.exported_snapshot is not None and state.initial == "running":
                     self._initial_snapshot(info, self.snapshotter, decoder)
                     if mode == "initial_only" or self.stop.is_set():
@@ -150,7 +155,7 @@ class Pipeline:
                 walsender.start_replication(self.progress.flushed_lsn)
                 log.info("streaming", slot=source.slot, start_lsn=format_lsn(self.progress.flushed_lsn),
                          snapshots_queued=len(state.queue))  # fmt: skip
-                self.state.streaming = True
+                self.state.streaming, self.state.phase = True, "streaming"
                 self.notifier.ready(f"streaming from slot {source.slot}")
                 keep_alive = partial(self._status_if_due, walsender)
                 self.sink.start_session(SessionContext(info.database, decoder.types, keep_alive))
@@ -172,6 +177,7 @@ class Pipeline:
         """Read the tables in the slot's exported snapshot, and wait until the sink has all of it."""
         self.notifier.ready("initial snapshot")
         self.state.streaming = True  # ready: the daemon is doing its work (and Prometheus keeps scraping it)
+        self.state.phase = "initial snapshot"
         self.sink.start_session(SessionContext(info.database, decoder.types, self._beat))
         assert info.exported_snapshot is not None
         with contextlib.suppress(_Stopped):
@@ -186,6 +192,11 @@ class Pipeline:
         snapshotter.initial_finished()
         log.info("initial snapshot done", rows=self.snapshot_rows.total(), consistent_point=format_lsn(
             info.consistent_point or 0))  # fmt: skip
+
+    def _connected(self, info: SessionInfo, reader: SnapshotReader) -> None:
+        state = self.state
+        state.postgresql_up = True
+        state.server, state.server_version = reader.server(), _version(info.server_version)
 
     def _count_snapshot_rows(self, table: str, rows: int) -> None:
         self.snapshot_rows[table] += rows
@@ -227,6 +238,7 @@ class Pipeline:
                 self._send_status(walsender)
             else:
                 self._status_if_due(walsender)
+        self.state.phase = "stopping"
 
     def _report(self, walsender: Walsender) -> None:
         """Refresh what metrics read; now and then ask the server how much WAL the slot retains."""
@@ -302,3 +314,8 @@ class Pipeline:
             if not self.stop.is_set():
                 raise
         log.debug("status sent", write=format_lsn(progress.received_lsn), flush=format_lsn(flushed))
+
+
+def _version(server_version: int) -> str:
+    """150004 -> 15.4"""
+    return f"{server_version // 10000}.{server_version % 10000}"
