@@ -95,6 +95,17 @@ def run(db: Database, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run
     r.close()
 
 
+@pytest.fixture
+def run15(pg15: PgServer, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
+    """Like ``run``, on PostgreSQL 15 only: for the large tests, which would add minutes per major."""
+    from tests.integration.kafka_harness import Run  # noqa: PLC0415 - it imports this module
+
+    with scratch_database(pg15) as database:
+        r = Run(database, kafka_env, tmp_path)
+        yield r
+        r.close()
+
+
 @dataclass
 class Database:
     server: PgServer
