@@ -138,6 +138,12 @@ class Run:
     def sync(self, timeout: float = 90) -> list[Event]:
         """Everything cdcd will publish for what was committed so far: emit a message, wait until cdcd confirmed
         its LSN (so Kafka acknowledged every event before it), then consume to the end of every topic."""
+        self.wait_confirmed(timeout)
+        ends = self._high_watermarks()
+        return self.consume_until(lambda _: all(self.positions.get(tp, 0) >= end for tp, end in ends.items()))
+
+    def wait_confirmed(self, timeout: float = 90) -> None:
+        """Until cdcd confirmed the position of a message emitted now: Kafka has everything committed before."""
         lsn = self.db.execute("SELECT pg_logical_emit_message(true, 'test', 'sync')")[0][0]
         deadline = time.monotonic() + timeout
         query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
@@ -145,8 +151,6 @@ class Run:
             self._check_alive()
             assert time.monotonic() < deadline, f"cdcd never confirmed {lsn}:\n{self.log.read_text()[-3000:]}"
             time.sleep(0.1)
-        ends = self._high_watermarks()
-        return self.consume_until(lambda _: all(self.positions.get(tp, 0) >= end for tp, end in ends.items()))
 
     def _high_watermarks(self) -> dict[tuple[str, int], int]:
         metadata = self.consumer.list_topics(timeout=10)

@@ -11,13 +11,14 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from tests.http import scrape
 from tests.integration.kafka_harness import Run
-from tests.integration.test_snapshot import BIG, cdcd_snapshot, wait_log
+from tests.integration.test_snapshot import BIG, cdcd_snapshot, wait_log, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -29,6 +30,13 @@ def cdcd_status(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
     return subprocess.run([sys.executable, "-m", "cdcd", "status", *args], check=False, capture_output=True,
                           text=True, env=env, timeout=60)  # fmt: skip
+
+
+def ask_both(base: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """`cdcd status` and `cdcd status --json` at once (each takes seconds to start on a loaded machine)."""
+    with ThreadPoolExecutor(2) as pool:
+        human, as_json = pool.map(lambda extra: cdcd_status("--url", base, *extra), [(), ("--json",)])
+    return human, as_json
 
 
 class Sampler(threading.Thread):
@@ -49,7 +57,7 @@ class Sampler(threading.Thread):
             if rows is not None:
                 self.rows.append(rows)
                 if self.during is None and 0 < rows < ROWS / 2:
-                    self.during = (cdcd_status("--url", self.base), cdcd_status("--url", self.base, "--json"))
+                    self.during = ask_both(self.base)
             time.sleep(0.05)
 
 
@@ -68,6 +76,7 @@ def test_initial_snapshot_progress_and_cdcd_status_during_the_snapshot_while_str
     # run.start returns once streaming (the slot is active only then): meanwhile, sample
     starting = threading.Thread(target=lambda: run.start(extra={"snapshot": config}), daemon=True)
     starting.start()
+    wait_until(lambda: run.proc is not None, "cdcd run never started")
     base = run.metrics_url()
     sampler = Sampler(base)
     sampler.start()
@@ -88,9 +97,9 @@ def test_initial_snapshot_progress_and_cdcd_status_during_the_snapshot_while_str
     assert sampler.during is not None, "the snapshot finished before `cdcd status` could be asked"
     check_status_during_the_snapshot(*sampler.during, run.slot, estimated)
 
-    run.sync(timeout=180)
+    run.wait_confirmed(timeout=180)
     db.execute("INSERT INTO big SELECT g, 1, 'x', NULL FROM generate_series(1000001, 1000500) g")
-    run.sync()
+    run.wait_confirmed()
     check_status_while_streaming(run, base)
 
     assert run.stop() == 0
@@ -159,19 +168,23 @@ def check_status_while_streaming(run: Run, base: str) -> None:
 
 def test_incremental_snapshot_progress_shows_in_cdcd_status_while_streaming(run15: Run) -> None:
     run, db = run15, run15.db
-    rows = 60_000
+    rows = 150_000
     db.execute(BIG.replace("ROWS", str(rows)) + "CREATE PUBLICATION cdcd_pub FOR TABLE big; ANALYZE big")
     config = {"mode": "never", "state_dir": str(run.tmp_path / "state"), "chunk_size": 500, "progress_interval_s": 0.2}
     run.start(extra={"snapshot": config})
     base = run.metrics_url()
     assert cdcd_snapshot(run, "public.big").returncode == 0
     wait_log(run, "snapshotting table")
-    during = json.loads(cdcd_status("--url", base, "--json").stdout)
+    human_run, json_run = ask_both(base)  # the snapshot takes several seconds: still running then
+    during, human = json.loads(json_run.stdout), human_run.stdout
     finished = wait_log(run, "table snapshot finished")[0]
     assert during["state"] == "streaming"
     [table] = during["snapshot"]["tables"]
-    assert (table["table"], table["kind"]) == ("public.big", "incremental")
-    assert table["state"] == "done" or 0 <= table["rows"] < rows
+    assert (table["table"], table["kind"], table["state"]) == ("public.big", "incremental", "running")
+    assert 0 <= table["rows"] < rows
+    assert "snapshots  0 of 1 tables done, 1 pending" in human
+    assert "ETA " in human
+    assert "(incremental)" in human
     lines = progress_lines(run, "incremental")
     assert len(lines) >= 2
     counts = [x["rows"] for x in lines]
