@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from cdcd import __version__
 from cdcd.lsn import format_lsn
+from cdcd.secrets import redact
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.status import RateWindow
 
@@ -120,9 +121,9 @@ class PipelineCollector(Collector):
         estimated = GaugeMetricFamily("cdcd_snapshot_rows_estimated", "The planner's estimate of the rows of each"
                                       " table's latest snapshot, taken when it started", labels=["table"])  # fmt: skip
         for meter in views:
-            rows.add_metric([meter.table], meter.rows)
+            rows.add_metric([redact(meter.table)], meter.rows)
             if meter.estimated is not None:
-                estimated.add_metric([meter.table], meter.estimated)
+                estimated.add_metric([redact(meter.table)], meter.estimated)
         yield rows
         yield estimated
         done = meters.done
@@ -134,13 +135,13 @@ class PipelineCollector(Collector):
 
 def _gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamily:
     gauge = GaugeMetricFamily(name, doc, labels=list(labels))
-    gauge.add_metric(list(labels.values()), value)
+    gauge.add_metric([redact(v) for v in labels.values()], value)
     return gauge
 
 
 def _labelled(family: CounterMetricFamily, values: Mapping[Any, int]) -> CounterMetricFamily:
     for labels, value in list(values.items()):
-        family.add_metric(list(labels), value)
+        family.add_metric([redact(str(label)) for label in labels], value)
     return family
 
 
@@ -222,7 +223,7 @@ class Metrics:
                 return [b"ok\n" if ok else b"not ready\n"]
             if path == "/status":
                 start("200 OK", [("Content-Type", "application/json")])
-                return [json.dumps(self.status()).encode() + b"\n"]
+                return [redact(json.dumps(self.status())).encode() + b"\n"]
             return metrics_app(environ, start)  # type: ignore[no-any-return]
 
         self._server = make_server(host, port, app, handler_class=_QuietHandler)

@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from cdcd.logging import redact
+from cdcd.secrets import redact
 
 
 class StatusUnavailable(RuntimeError):

@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ class Event:
     topic: str
     key: dict[str, Any] | None
     value: dict[str, Any] | None  # None: a tombstone
+    # __debezium.oldkey / __debezium.newkey of a key change's create / delete, decoded as keys are
+    moved: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Run:
@@ -131,7 +133,9 @@ class Run:
             value_ctx = SerializationContext(topic, MessageField.VALUE)
             key = None if message.key() is None else self._deserialize(message.key(), key_ctx)
             value = None if message.value() is None else self._deserialize(message.value(), value_ctx)
-            self.events.append(Event(topic, key, value))
+            headers: list[tuple[str, bytes]] = message.headers() or []  # type: ignore[assignment]
+            moved = {name: self._deserialize(raw, key_ctx) for name, raw in headers if raw}
+            self.events.append(Event(topic, key, value, moved))
             self.positions[topic, message.partition() or 0] = (message.offset() or 0) + 1
         return self.events
 
