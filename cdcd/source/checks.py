@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from cdcd.config import ConfigError, SourceSettings
+from cdcd.source import failover
 from cdcd.source.catalog import prepare_filters
 from cdcd.source.walsender import SourceDisconnected, SourceError, connect
 
@@ -33,6 +34,10 @@ def check_source(settings: SourceSettings) -> Findings:
             findings.problems.extend(check(conn, settings))
         _, report = prepare_filters(conn, settings.publications)
         findings.config_errors, findings.warnings = report.errors, report.warnings
+        try:
+            findings.warnings.extend(failover.readiness(conn, settings))
+        except ConfigError as exc:
+            findings.config_errors.append(str(exc))
         return findings
 
 

@@ -22,6 +22,7 @@ from cdcd.logging import redact
 from cdcd.lsn import parse_lsn
 from cdcd.pgoutput.messages import Relation
 from cdcd.source.catalog import PublicationError, ancestors, prepare_filters, sync_publications
+from cdcd.source.failover import SlotSync, failover_wanted, read_slot_sync
 from cdcd.source.protocol import protocol_version_for, quote_ident, start_replication_command
 
 log = structlog.get_logger("cdcd.source")
@@ -210,9 +211,10 @@ class Walsender:
             raise SourceDisconnected("replication connection is not open")
         return self._repl.pgconn
 
-    def _command(self, command: str) -> list[str]:
+    def _command(self, command: str, ok: pq.ExecStatus | None = pq.ExecStatus.TUPLES_OK) -> list[str]:
+        """Run a replication command; its first row (``ok=None``: a command that returns no rows)."""
         result = self._pgconn.exec_(command.encode())
-        if result.status != pq.ExecStatus.TUPLES_OK:
+        if result.status != (ok or pq.ExecStatus.COMMAND_OK):
             raise SourceError(f"{command.split(maxsplit=1)[0]} failed: {_result_error(result)}")
         return [(v or b"").decode() for v in (result.get_value(0, i) for i in range(result.nfields))]
 
@@ -250,6 +252,7 @@ class Walsender:
             if active:
                 raise SourceError(f"slot {slot!r} is active: another consumer (pid {active_pid}) is streaming from it")
             if wal_status != "lost":
+                self._set_failover(server_version)
                 return None
             if not replace_lost:
                 raise SourceError(
@@ -267,12 +270,33 @@ class Walsender:
         if not self.settings.create_slot:
             raise SourceError(f"slot {slot!r} does not exist and source.create_slot is false")
         temporary = " TEMPORARY" if self.settings.temporary_slot else ""
+        failover = ", FAILOVER" if failover_wanted(self.settings, server_version) else ""
         if server_version >= 150000:
-            snapshot = " (SNAPSHOT 'export')" if export else " (SNAPSHOT 'nothing')"
+            snapshot = f" (SNAPSHOT '{'export' if export else 'nothing'}'{failover})"
         else:
             snapshot = " EXPORT_SNAPSHOT" if export else " NOEXPORT_SNAPSHOT"
         created = self._command(f"CREATE_REPLICATION_SLOT {quote_ident(slot)}{temporary} LOGICAL pgoutput{snapshot}")
         return created[1], created[2]
+
+    def _set_failover(self, server_version: int) -> None:
+        """Give an existing slot the failover setting the config asks for (17+)."""
+        if server_version < 170000 or self._admin is None:
+            return
+        wanted, slot = failover_wanted(self.settings, server_version), self.settings.slot
+        found = read_slot_sync(self._admin, slot)
+        if found is not None and found.failover != wanted and not found.synced:
+            self._command(f"ALTER_REPLICATION_SLOT {quote_ident(slot)} (FAILOVER {str(wanted).lower()})", ok=None)
+            log.info("slot failover setting changed", slot=slot, failover=wanted)
+
+    def slot_sync(self) -> SlotSync | None:
+        """The slot's failover state (17+; None when it does not exist)."""
+        if self._admin is None:
+            raise SourceDisconnected("catalog connection is not open")
+        return read_slot_sync(self._admin, self.settings.slot)
+
+    def timeline_history(self, timeline: int) -> str:
+        """The history file of ``timeline`` (where each earlier timeline ended)."""
+        return self._command(f"TIMELINE_HISTORY {int(timeline)}")[1]
 
     # -- streaming ----------------------------------------------------------------------------
 

@@ -163,3 +163,22 @@ def test_check_covers_kafka_and_the_registry(db: Database, tmp_path: Path) -> No
     assert "2 problem(s)" in result.stderr
     assert "cannot reach Kafka at 127.0.0.1:1" in result.stderr
     assert "schema registry at http://127.0.0.1:2 does not answer" in result.stderr
+
+
+@pytest.mark.every_pg
+def test_check_reports_whether_the_slot_survives_a_failover(db: Database, tmp_path: Path) -> None:
+    db.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t")
+    slot = f"s_{db.name}"
+    db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])  # never a failover slot
+    config = {"source": {"dsn": db.dsn(), "slot": slot, "publications": [{"name": "p"}]}}
+    result = run_cdcd("check", config=config, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    version = db.server.version
+    if version < 17:
+        assert f"failover slots are not available before PostgreSQL 17 (server {version})" in result.stderr
+        explicit = run_cdcd("check", config={"source": {**config["source"], "failover": True}}, tmp_path=tmp_path)
+        assert explicit.returncode == 2
+        assert "source.failover is true but the server is PostgreSQL" in explicit.stderr
+    else:
+        assert f"warning: slot '{slot}' was created without failover" in result.stderr
+        assert "warning: synchronized_standby_slots is empty" in result.stderr  # the shared server has no standby
