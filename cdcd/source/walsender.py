@@ -31,6 +31,10 @@ log = structlog.get_logger("cdcd.source")
 _PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "ascii", "LATIN1": "latin-1", "WIN1252": "cp1252", "EUC_JP": "euc_jp"}
 
 
+# wal_status of a slot whose WAL is gone, and PostgreSQL 17's invalidation_reason values
+_INVALIDATED = {"lost", "wal_removed", "rows_removed", "wal_level_insufficient", "idle_timeout"}
+
+
 class SourceError(RuntimeError):
     """A problem with the source database that retrying will not fix (bad slot, missing publication...)."""
 
@@ -236,8 +240,10 @@ class Walsender:
     ) -> tuple[str, str] | None:
         """The slot exists and fits, or is created now: then (consistent point, exported snapshot name)."""
         slot = self.settings.slot
+        # 17+: a slot invalidated for another reason (e.g. a synced slot's rows removed) is as lost
+        status = "coalesce(invalidation_reason, wal_status)" if server_version >= 170000 else "wal_status"
         row = admin.execute(
-            "SELECT plugin, slot_type, database, active, active_pid, wal_status FROM pg_replication_slots"
+            f"SELECT plugin, slot_type, database, active, active_pid, {status} FROM pg_replication_slots"
             " WHERE slot_name = %s",
             [slot],
         ).fetchone()
@@ -251,16 +257,16 @@ class Walsender:
                 raise SourceError(f"slot {slot!r} belongs to database {database!r}, not {admin.info.dbname!r}")
             if active:
                 raise SourceError(f"slot {slot!r} is active: another consumer (pid {active_pid}) is streaming from it")
-            if wal_status != "lost":
+            if wal_status not in _INVALIDATED:
                 self._set_failover(server_version)
                 return None
             if not replace_lost:
                 raise SourceError(
-                    f"slot {slot!r} was invalidated (wal_status lost): the WAL it held was removed and those changes"
-                    " are gone. Set snapshot.mode: when_needed to replace it with a new slot and snapshot, or drop it"
+                    f"slot {slot!r} was invalidated ({_why(wal_status)}): the changes it held are gone. Set"
+                    " snapshot.mode: when_needed to replace it with a new slot and snapshot, or drop it"
                 )
-            log.error("slot was invalidated: the WAL it held is gone; dropping it, creating a new one and snapshotting",
-                      slot=slot)  # fmt: skip
+            log.error("slot was invalidated: the changes it held are gone; dropping it, creating a new one and"
+                      " snapshotting", slot=slot, reason=wal_status)  # fmt: skip
             admin.execute("SELECT pg_drop_replication_slot(%s)", [slot])
         elif must_exist is not None:
             raise SourceError(
@@ -333,6 +339,10 @@ class Walsender:
                 raise SourceDisconnected(f"cannot send to server: {pgconn.get_error_message()}")
         except psycopg.Error as exc:
             raise SourceDisconnected(f"cannot send to server: {_first_line(exc)}") from None
+
+
+def _why(status: str) -> str:
+    return "wal_status lost: the WAL it held was removed" if status in ("lost", "wal_removed") else status
 
 
 def _result_error(result: pq.abc.PGresult) -> str:
