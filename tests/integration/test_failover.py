@@ -155,6 +155,12 @@ def wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
     print(f"waited {time.monotonic() - started:.1f}s for {what}")
 
 
+def streamed(pair: Pair, role: str, slot: str) -> bool:
+    """Whether the server streamed in-progress transactions to cdcd on this slot (since it became primary)."""
+    query = "SELECT stream_txns > 0 FROM pg_stat_replication_slots WHERE slot_name = %s"
+    return pair.sql(role, query, [slot]) == [(True,)]
+
+
 def slot_synced(pair: Pair, slot: str) -> bool:
     rows = pair.sql("standby", "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = %s", [slot])
     return bool(rows and rows[0][0])
@@ -171,6 +177,7 @@ def test_failover_mid_stream_loses_nothing(pair: Pair, ha_run: Run) -> None:
         (True,)
     ]
     assert failover_warnings(pair, run) == []
+    assert streamed(pair, "primary", run.slot), "no transaction was streamed before the failover"
     before = workload.committed
 
     pair.ctl("primary", "stop", "-m", "immediate")
@@ -183,6 +190,7 @@ def test_failover_mid_stream_loses_nothing(pair: Pair, ha_run: Run) -> None:
 
     log = run.log.read_text()
     assert "the server was promoted; going on from cdcd's own position" in log, log[-3000:]
+    assert streamed(pair, "standby", run.slot), "no transaction was streamed after the failover"
     for name in ("items", "audit"):
         assert rebuild(events, f"{run.prefix}.public.{name}") == table(pair.db, name), f"{name} differs"
     snapshot_rows = sum(1 for e in events if e.topic.endswith(".items") and e.value and e.value["op"] == "r")
