@@ -215,10 +215,10 @@ class Walsender:
             raise SourceDisconnected("replication connection is not open")
         return self._repl.pgconn
 
-    def _command(self, command: str, ok: pq.ExecStatus | None = pq.ExecStatus.TUPLES_OK) -> list[str]:
-        """Run a replication command; its first row (``ok=None``: a command that returns no rows)."""
+    def _command(self, command: str, ok: pq.ExecStatus = pq.ExecStatus.TUPLES_OK) -> list[str]:
+        """Run a replication command: its first row (none for a command whose ``ok`` status is COMMAND_OK)."""
         result = self._pgconn.exec_(command.encode())
-        if result.status != (ok or pq.ExecStatus.COMMAND_OK):
+        if result.status != ok:
             raise SourceError(f"{command.split(maxsplit=1)[0]} failed: {_result_error(result)}")
         return [(v or b"").decode() for v in (result.get_value(0, i) for i in range(result.nfields))]
 
@@ -291,7 +291,9 @@ class Walsender:
         wanted, slot = failover_wanted(self.settings, server_version), self.settings.slot
         found = read_slot_sync(self._admin, slot)
         if found is not None and found.failover != wanted and not found.synced:
-            self._command(f"ALTER_REPLICATION_SLOT {quote_ident(slot)} (FAILOVER {str(wanted).lower()})", ok=None)
+            self._command(
+                f"ALTER_REPLICATION_SLOT {quote_ident(slot)} (FAILOVER {str(wanted).lower()})", pq.ExecStatus.COMMAND_OK
+            )
             log.info("slot failover setting changed", slot=slot, failover=wanted)
 
     def slot_sync(self) -> SlotSync | None:

@@ -166,7 +166,9 @@ def test_check_covers_kafka_and_the_registry(db: Database, tmp_path: Path) -> No
 
 
 @pytest.mark.every_pg
-def test_check_reports_whether_the_slot_survives_a_failover(db: Database, tmp_path: Path) -> None:
+def test_check_reports_whether_the_slot_survives_a_failover(
+    db: Database, tmp_path: Path, tail_factory: Callable[..., Tail]
+) -> None:
     db.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t")
     slot = f"s_{db.name}"
     db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])  # never a failover slot
@@ -182,3 +184,6 @@ def test_check_reports_whether_the_slot_survives_a_failover(db: Database, tmp_pa
     else:
         assert f"warning: slot '{slot}' was created without failover" in result.stderr
         assert "warning: synchronized_standby_slots is empty" in result.stderr  # the shared server has no standby
+        tail = tail_factory(slot=slot, publication="p").start()  # cdcd makes the existing slot a failover slot
+        tail.wait_streaming()
+        assert db.execute("SELECT failover FROM pg_replication_slots WHERE slot_name = %s", [slot]) == [(True,)]
