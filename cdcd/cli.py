@@ -29,6 +29,7 @@ from cdcd.metrics import Metrics
 from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError
 from cdcd.pipeline import Pipeline
+from cdcd.secrets import redacted_output
 from cdcd.sink import Sink, SinkFailure
 from cdcd.sink.jsonl import JsonLinesSink
 from cdcd.snapshot.runner import SnapshotError
@@ -60,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with redacted_output():  # a secret is masked in whatever is printed: reports, log lines, tracebacks
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = load_settings(args.config)

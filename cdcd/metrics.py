@@ -21,6 +21,7 @@ from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
 from cdcd import __version__
+from cdcd.secrets import redact
 
 # Commit-to-acknowledgement latency buckets, seconds: sub-second when keeping up, minutes when Kafka is away.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -104,13 +105,13 @@ class PipelineCollector(Collector):
 
 def _gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamily:
     gauge = GaugeMetricFamily(name, doc, labels=list(labels))
-    gauge.add_metric(list(labels.values()), value)
+    gauge.add_metric([redact(v) for v in labels.values()], value)
     return gauge
 
 
 def _labelled(family: CounterMetricFamily, values: Mapping[Any, int]) -> CounterMetricFamily:
     for labels, value in list(values.items()):
-        family.add_metric(list(labels), value)
+        family.add_metric([redact(str(label)) for label in labels], value)
     return family
 
 

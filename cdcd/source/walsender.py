@@ -18,9 +18,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdcd.config import ConfigError, SourceSettings, safe_conninfo_error
 from cdcd.filters.plan import FilterPlan
-from cdcd.logging import redact
 from cdcd.lsn import parse_lsn
 from cdcd.pgoutput.messages import Relation
+from cdcd.secrets import redact
 from cdcd.source.catalog import PublicationError, ancestors, prepare_filters, sync_publications
 from cdcd.source.failover import SlotSync, failover_wanted, read_slot_sync
 from cdcd.source.protocol import protocol_version_for, quote_ident, start_replication_command
@@ -86,10 +86,10 @@ def connect(dsn: str, password: str | None = None, **kwargs: Any) -> psycopg.Con
     except psycopg.ProgrammingError as exc:
         raise SourceError(f"source.dsn is not a valid connection string: {safe_conninfo_error(exc)}") from None
     except psycopg.OperationalError as exc:
-        raise SourceDisconnected(f"cannot connect to PostgreSQL: {redact(_first_line(exc))}") from None
+        raise SourceDisconnected(f"cannot connect to PostgreSQL: {redact(first_line(exc))}") from None
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
@@ -182,7 +182,7 @@ class Walsender:
             except PublicationError as exc:
                 raise SourceError(str(exc)) from None
             except psycopg.Error as exc:
-                raise SourceError(f"cannot create or alter the publications: {_first_line(exc)}") from None
+                raise SourceError(f"cannot create or alter the publications: {first_line(exc)}") from None
         self._require_publications(admin)
         return plan
 
@@ -193,7 +193,7 @@ class Walsender:
         try:
             return ancestors(self._admin, relation.relation_id)
         except psycopg.Error as exc:
-            raise SourceDisconnected(f"catalog query failed: {_first_line(exc)}") from None
+            raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
 
     def slot_retained_wal(self) -> int | None:
         """Bytes of WAL the server keeps for the slot (None when it cannot tell, e.g. on a standby)."""
@@ -205,7 +205,7 @@ class Walsender:
                 [self.settings.slot],
             ).fetchone()
         except psycopg.Error as exc:
-            log.debug("cannot read the slot's retained WAL", error=_first_line(exc))
+            log.debug("cannot read the slot's retained WAL", error=first_line(exc))
             return None
         return None if row is None or row[0] is None else int(row[0])
 
@@ -327,7 +327,7 @@ class Walsender:
                 pgconn.consume_input()
                 timeout = 0
         except psycopg.Error as exc:
-            raise SourceDisconnected(f"replication connection lost: {_first_line(exc)}") from None
+            raise SourceDisconnected(f"replication connection lost: {first_line(exc)}") from None
 
     def _copy_ended(self, pgconn: pq.abc.PGconn) -> None:
         result = pgconn.get_result()
@@ -340,7 +340,7 @@ class Walsender:
             if pgconn.put_copy_data(frame) != 1 or pgconn.flush() != 0:
                 raise SourceDisconnected(f"cannot send to server: {pgconn.get_error_message()}")
         except psycopg.Error as exc:
-            raise SourceDisconnected(f"cannot send to server: {_first_line(exc)}") from None
+            raise SourceDisconnected(f"cannot send to server: {first_line(exc)}") from None
 
 
 def _why(status: str) -> str:
