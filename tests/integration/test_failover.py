@@ -169,15 +169,15 @@ def slot_synced(pair: Pair, slot: str) -> bool:
 def test_failover_mid_stream_loses_nothing(pair: Pair, ha_run: Run) -> None:
     run = ha_run
     run.start(source={"reconnect": {"initial_backoff_s": 0.2, "max_backoff_s": 1}})
+    wait(lambda: slot_synced(pair, run.slot), "the standby to sync the failover slot")
     workload = Workload(pair.db)
     workload.start()
     wait(lambda: workload.committed >= 30, "the workload")
-    wait(lambda: slot_synced(pair, run.slot), "the standby to sync the failover slot")
     assert pair.sql("primary", "SELECT failover FROM pg_replication_slots WHERE slot_name = %s", [run.slot]) == [
         (True,)
     ]
     assert failover_warnings(pair, run) == []
-    assert streamed(pair, "primary", run.slot), "no transaction was streamed before the failover"
+    wait(lambda: streamed(pair, "primary", run.slot), "a transaction streamed before the failover", timeout=30)
     before = workload.committed
 
     pair.ctl("primary", "stop", "-m", "immediate")
@@ -190,7 +190,7 @@ def test_failover_mid_stream_loses_nothing(pair: Pair, ha_run: Run) -> None:
 
     log = run.log.read_text()
     assert "the server was promoted; going on from cdcd's own position" in log, log[-3000:]
-    assert streamed(pair, "standby", run.slot), "no transaction was streamed after the failover"
+    wait(lambda: streamed(pair, "standby", run.slot), "a transaction streamed after the failover", timeout=30)
     for name in ("items", "audit"):
         assert rebuild(events, f"{run.prefix}.public.{name}") == table(pair.db, name), f"{name} differs"
     snapshot_rows = sum(1 for e in events if e.topic.endswith(".items") and e.value and e.value["op"] == "r")
