@@ -126,6 +126,11 @@ class SourceSettings(_Section):
     )
     slot: str = Field("cdcd", description="logical replication slot (pgoutput) that keeps cdcd's position")
     create_slot: bool = Field(True, description="create the slot when it does not exist (else it is an error)")
+    failover: bool | None = Field(
+        None,
+        description="a failover slot (PostgreSQL 17+), synchronized to standbys running with"
+        " sync_replication_slots so cdcd goes on after a promotion; default: on where the server supports it",
+    )
     temporary_slot: bool = Field(
         False, description="a temporary slot, dropped when the session ends (tests and one-off tails only)"
     )

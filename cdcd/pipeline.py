@@ -30,6 +30,7 @@ from cdcd.sink import SessionContext, Sink
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.runner import Snapshotter, start_state
 from cdcd.snapshot.state import StateStore
+from cdcd.source.failover import FAILOVER_VERSION, PromotionError, check_promotion, switch_point
 from cdcd.source.protocol import (
     XLOGDATA_PAYLOAD_OFFSET,
     parse_keepalive,
@@ -37,7 +38,7 @@ from cdcd.source.protocol import (
     standby_status_update,
 )
 from cdcd.source.snapshot import REQUEST_PREFIX, WATERMARK_PREFIX, SnapshotReader
-from cdcd.source.walsender import SessionInfo, SourceDisconnected, Walsender
+from cdcd.source.walsender import SessionInfo, SourceDisconnected, SourceError, Walsender
 
 log = structlog.get_logger("cdcd.pipeline")
 
@@ -78,6 +79,8 @@ class Pipeline:
         self.meters = SnapshotMeters(settings.snapshot.progress_interval_s)  # kept across reconnects
         self._captured: list[str] = []
         self._recent_xids: deque[int] = deque(maxlen=4096)  # transactions just emitted (chunk visibility check)
+        self._timeline = 0  # the server's timeline in the last session: a new one means a promotion
+        self.published_lsn = 0  # end of the last transaction handed to the sink
         self.state = State(
             oldest_unacked_commit=self.progress.oldest_commit_time,
             transactions=self.stats.outcomes,
@@ -136,7 +139,8 @@ class Pipeline:
                               slot=source.slot)  # fmt: skip
                     saved = None
                 log.info("connected", slot=source.slot, protocol=info.protocol_version, server=info.server_version,
-                         slot_created=info.slot_created)  # fmt: skip
+                         slot_created=info.slot_created, timeline=info.timeline)  # fmt: skip
+                self._check_timeline(walsender, info)
                 decoder = Decoder(info.encoding, parallel_streaming=info.parallel_streaming)
                 self.rowfilter = self._rowfilter(info.filter_plan, walsender)
                 reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot)
@@ -172,6 +176,20 @@ class Pipeline:
                 log.warning("sink did not finish before stopping; unconfirmed work will be sent again on restart")
             self.sink.poll()
             self._send_status(walsender)
+
+    def _check_timeline(self, walsender: Walsender, info: SessionInfo) -> None:
+        """After a promotion, the slot must have been synced and hold nothing cdcd published beyond the new
+        primary's history; a synced slot a little behind cdcd is normal: streaming starts at cdcd's position."""
+        previous, self._timeline = self._timeline, info.timeline
+        if not previous or previous == info.timeline or info.slot_created or info.server_version < FAILOVER_VERSION:
+            return
+        switch = switch_point(walsender.timeline_history(info.timeline), previous)
+        try:
+            lag = check_promotion(walsender.slot_sync(), self.published_lsn, self.progress.flushed_lsn, switch)
+        except PromotionError as exc:
+            raise SourceError(f"after a failover (timeline {previous} -> {info.timeline}): {exc}") from None
+        log.warning("the server was promoted; going on from cdcd's own position", previous_timeline=previous,
+                    timeline=info.timeline, slot=lag, start_lsn=format_lsn(self.progress.flushed_lsn))  # fmt: skip
 
     def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, decoder: Decoder) -> None:
         """Read the tables in the slot's exported snapshot, and wait until the sink has all of it."""
@@ -291,6 +309,7 @@ class Pipeline:
             if snapshotter is not None and snapshotter.window is not None:
                 event.tap = snapshotter.observe
             self.sink.write_transaction(event, self.progress)
+            self.published_lsn = event.end_lsn
             self._recent_xids.append(event.xid)
         elif event.prefix in _CONTROL and self.snapshotter is not None:
             if event.prefix == WATERMARK_PREFIX:

@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from cdcd.config import ConfigError, SourceSettings
+from cdcd.source import failover
 from cdcd.source.catalog import prepare_filters
 from cdcd.source.walsender import SourceDisconnected, SourceError, connect, first_line
 
@@ -40,6 +41,12 @@ def check_source(settings: SourceSettings) -> Findings:
             findings.problems.append(f"cannot check the row filters: {first_line(exc)}")
         else:
             findings.config_errors, findings.warnings = report.errors, report.warnings
+        try:
+            findings.warnings.extend(failover.readiness(conn, settings))
+        except ConfigError as exc:
+            findings.config_errors.append(str(exc))
+        except psycopg.Error as exc:
+            findings.warnings.append(f"cannot check whether the slot survives a failover: {first_line(exc)}")
         return findings
 
 

@@ -198,3 +198,27 @@ def test_check_with_the_documented_least_privilege_role(db: Database, tmp_path: 
         assert "cannot check the replication slot: permission denied for view pg_replication_slots" in result.stderr
     finally:
         db.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
+
+
+@pytest.mark.every_pg
+def test_check_reports_whether_the_slot_survives_a_failover(
+    db: Database, tmp_path: Path, tail_factory: Callable[..., Tail]
+) -> None:
+    db.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t")
+    slot = f"s_{db.name}"
+    db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])  # never a failover slot
+    config = {"source": {"dsn": db.dsn(), "slot": slot, "publications": [{"name": "p"}]}}
+    result = run_cdcd("check", config=config, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    version = db.server.version
+    if version < 17:
+        assert f"failover slots are not available before PostgreSQL 17 (server {version})" in result.stderr
+        explicit = run_cdcd("check", config={"source": {**config["source"], "failover": True}}, tmp_path=tmp_path)
+        assert explicit.returncode == 2
+        assert "source.failover is true but the server is PostgreSQL" in explicit.stderr
+    else:
+        assert f"warning: slot '{slot}' was created without failover" in result.stderr
+        assert "warning: synchronized_standby_slots is empty" in result.stderr  # the shared server has no standby
+        tail = tail_factory(slot=slot, publication="p").start()  # cdcd makes the existing slot a failover slot
+        tail.wait_streaming()
+        assert db.execute("SELECT failover FROM pg_replication_slots WHERE slot_name = %s", [slot]) == [(True,)]

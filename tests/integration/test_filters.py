@@ -12,7 +12,7 @@ from tests.integration.conftest import Database
 from tests.integration.kafka_harness import Event, Run
 from tests.integration.test_check import run_cdcd
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.every_pg]  # version-sensitive: on every major
 
 
 def managed(*publications: dict[str, Any], push_down: bool = True) -> dict[str, Any]:

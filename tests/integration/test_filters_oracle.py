@@ -26,7 +26,7 @@ from tests.integration.conftest import STACK, Database, PgServer, stack_env
 from tests.integration.kafka_harness import Run
 from tests.integration.test_filters import mirror
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.every_pg]  # version-sensitive: on every major
 
 TABLES = """
 CREATE TABLE t1 (a int, b int, c text, PRIMARY KEY (a, c));

@@ -25,7 +25,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from tests.integration.conftest import Database, Tail
 from tests.integration.kafka_harness import Event, Run
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.every_pg]  # version-sensitive: on every major
 
 BIG = """
 CREATE TABLE big (id int PRIMARY KEY, v int NOT NULL, s text, doc text);
