@@ -32,6 +32,8 @@ class Event:
     topic: str
     key: dict[str, Any] | None
     value: dict[str, Any] | None  # None: a tombstone
+    partition: int = 0
+    offset: int = 0
 
 
 class Run:
@@ -131,8 +133,9 @@ class Run:
             value_ctx = SerializationContext(topic, MessageField.VALUE)
             key = None if message.key() is None else self._deserialize(message.key(), key_ctx)
             value = None if message.value() is None else self._deserialize(message.value(), value_ctx)
-            self.events.append(Event(topic, key, value))
-            self.positions[topic, message.partition() or 0] = (message.offset() or 0) + 1
+            partition, offset = message.partition() or 0, message.offset() or 0
+            self.events.append(Event(topic, key, value, partition, offset))
+            self.positions[topic, partition] = offset + 1
         return self.events
 
     def sync(self, timeout: float = 90) -> list[Event]:
