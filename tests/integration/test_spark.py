@@ -183,8 +183,10 @@ def assert_mirrors_equal(spark: SparkSession, db: Database, root: Path) -> None:
             )
 
 
-def wait_for_commit(checkpoint: Path, beyond: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 120
+def wait_for_commit(
+    checkpoint: Path, beyond: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120
+) -> None:
+    deadline = time.monotonic() + timeout
     while True:
         commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")]
         if commits and max(commits) > beyond:
