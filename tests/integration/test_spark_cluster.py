@@ -11,48 +11,31 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
-from cdcd.spark.job import session
-from tests.integration.conftest import ROOT, STACK, PgServer, scratch_database
+from tests.integration import test_spark
+from tests.integration.conftest import ROOT, STACK
 from tests.integration.kafka_harness import Run
-from tests.integration.test_spark import SCHEMA, assert_mirrors_equal, first_part, second_part, wait_for_commit
+from tests.integration.test_spark import assert_mirrors_equal, first_part, second_part, wait_for_commit
 
 pytestmark = pytest.mark.integration
+# test_spark's fixtures: the stack's jars, a local session (only to read the mirror), a cdcd run on its schema
+env15, spark, run15 = test_spark.env15, test_spark.spark, test_spark.run15
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-LOOPBACK = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}  # not the host's address
+LOOPBACK = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}  # executors connect to it
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_env: dict[str, str]) -> dict[str, str]:
-    """The stack's Spark cluster and jars up; the stack's environment (STACK_SPARK_MASTER, CDCD_SPARK_JARS)."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}  # the cluster's pyspark and its executors' Python
-    subprocess.run([str(STACK), "up", "spark", "spark-cluster"], check=True, env=env)
-    return kafka_env
-
-
-@pytest.fixture(scope="module")
-def reader(cluster: dict[str, str]) -> Iterator[SparkSession]:
-    """A local session that only reads the mirror tables the cluster wrote."""
-    s = session("local[1]", cluster["CDCD_SPARK_JARS"], {"spark.ui.enabled": "false", **LOOPBACK})
-    s.sparkContext.setLogLevel("WARN")
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def run15(pg15: PgServer, cluster: dict[str, str], tmp_path: Path) -> Iterator[Run]:
-    with scratch_database(pg15) as db:
-        db.execute(SCHEMA)
-        r = Run(db, cluster, tmp_path)
-        yield r
-        r.close()
+def cluster(env15: dict[str, str]) -> None:
+    """The stack's Spark cluster up (the pyspark it runs, and its executors' Python, are this test's)."""
+    subprocess.run(
+        [str(STACK), "up", "spark-cluster"], check=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable}
+    )
 
 
 def submit(run: Run, tmp_path: Path, log: Path, *job_args: str) -> subprocess.Popen[bytes]:
@@ -62,14 +45,14 @@ def submit(run: Run, tmp_path: Path, log: Path, *job_args: str) -> subprocess.Po
         shutil.make_archive(str(package.with_suffix("")), "zip", ROOT, "cdcd")
     jars = sorted(Path(run.env["CDCD_SPARK_JARS"]).glob("*.jar"))
     loopback = [arg for key, value in LOOPBACK.items() for arg in ("--conf", f"{key}={value}")]
-    spark = ["--master", run.env["STACK_SPARK_MASTER"], "--deploy-mode", "client", *loopback]
-    spark += ["--jars", ",".join(map(str, jars)), "--py-files", str(package), "--driver-memory", "1g"]
-    spark += ["--executor-memory", "1g", "--total-executor-cores", "2", "--conf", "spark.ui.enabled=false"]
-    spark += ["--conf", "spark.sql.shuffle.partitions=2"]
+    spark_args = ["--master", run.env["STACK_SPARK_MASTER"], "--deploy-mode", "client", *loopback]
+    spark_args += ["--jars", ",".join(map(str, jars)), "--py-files", str(package), "--driver-memory", "1g"]
+    spark_args += ["--executor-memory", "1g", "--total-executor-cores", "2", "--conf", "spark.ui.enabled=false"]
+    spark_args += ["--conf", "spark.sql.shuffle.partitions=2"]
     job = ["--topic-prefix", run.prefix, "--bootstrap-servers", run.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]]
     job += ["--registry-url", run.env["CDCD_SCHEMA_REGISTRY__URL"], "--key", "public.audit=id"]
     job += ["--checkpoint", str(tmp_path / "checkpoint"), "--mirror", str(tmp_path / "mirror"), *job_args]
-    command = [str(SPARK_SUBMIT), *spark, str(ROOT / "cdcd" / "spark" / "__main__.py"), *job]
+    command = [str(SPARK_SUBMIT), *spark_args, str(ROOT / "cdcd" / "spark" / "__main__.py"), *job]
     # Only spark-submit's settings: no CDCD_SPARK_JARS (spark.jars) nor other cdcd settings from this shell.
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
     env["PYSPARK_PYTHON"] = sys.executable
@@ -78,9 +61,8 @@ def submit(run: Run, tmp_path: Path, log: Path, *job_args: str) -> subprocess.Po
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def test_mirror_on_a_cluster_equals_source_across_a_killed_job(
-    reader: SparkSession, run15: Run, tmp_path: Path
-) -> None:
+@pytest.mark.usefixtures("cluster")
+def test_mirror_on_a_cluster_equals_source_across_a_killed_job(spark: SparkSession, run15: Run, tmp_path: Path) -> None:
     db = run15.db
     run15.start()
     first_part(db)
@@ -108,4 +90,4 @@ def test_mirror_on_a_cluster_equals_source_across_a_killed_job(
             os.killpg(job.pid, signal.SIGKILL)
     for log in logs:
         assert "Granted executor ID" in log.read_text(), f"no executor of the cluster in {log.name}"
-    assert_mirrors_equal(reader, db, tmp_path / "mirror")
+    assert_mirrors_equal(spark, db, tmp_path / "mirror")
