@@ -63,7 +63,7 @@ func (d *decoder) message(ctx context.Context, r *kgo.Record) ([]byte, error) {
 		}
 		out.Headers = append(out.Headers, header{h.Key, value})
 	}
-	return json.Marshal(out)
+	return marshal(out)
 }
 
 // field decodes a key or value: null stays null, anything else must be the Confluent wire format.
@@ -93,7 +93,7 @@ func (d *decoder) field(ctx context.Context, raw []byte) (json.RawMessage, *int,
 	if err != nil {
 		return nil, nil, fmt.Errorf("schema id %d: %w", id, err)
 	}
-	encoded, err := json.Marshal(value)
+	encoded, err := marshal(value)
 	return encoded, &id, err
 }
 

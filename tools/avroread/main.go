@@ -9,7 +9,7 @@
 //
 // Usage:
 //
-//	avroread [-bootstrap-servers HOST:PORT] [-registry-url URL] [-regex PATTERN] [-timeout 60s] [TOPIC...]
+//	avroread [-bootstrap-servers HOST:PORT] [-registry-url URL] [-regex PATTERN] [-timeout 5m] [TOPIC...]
 //
 // -bootstrap-servers and -registry-url default to $CDCD_KAFKA__BOOTSTRAP_SERVERS and $CDCD_SCHEMA_REGISTRY__URL.
 // Topics are those named plus those matching -regex (an RE2 pattern matched against the whole name).
@@ -53,7 +53,7 @@ func parseArgs(args []string) (options, error) {
 	brokers := fs.String("bootstrap-servers", os.Getenv("CDCD_KAFKA__BOOTSTRAP_SERVERS"), "Kafka bootstrap servers")
 	registry := fs.String("registry-url", os.Getenv("CDCD_SCHEMA_REGISTRY__URL"), "Confluent-compatible registry URL")
 	regex := fs.String("regex", "", "also read every topic whose whole name matches this RE2 pattern")
-	timeout := fs.Duration("timeout", 60*time.Second, "give up when the topics are not read to their end by then")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up when the topics are not read to their end by then")
 	if err := fs.Parse(args); err != nil {
 		return options{}, usageError{err.Error()}
 	}

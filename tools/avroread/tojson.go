@@ -51,8 +51,8 @@ func (o object) MarshalJSON() ([]byte, error) {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		key, _ := json.Marshal(k)
-		value, err := json.Marshal(o.values[i])
+		key, _ := marshal(k)
+		value, err := marshal(o.values[i])
 		if err != nil {
 			return nil, err
 		}
@@ -62,6 +62,17 @@ func (o object) MarshalJSON() ([]byte, error) {
 	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
+}
+
+// marshal is json.Marshal without HTML escaping: "<a/>" prints as is, not as "\u003ca/\u003e".
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	encoder := json.NewEncoder(&buf)
+	encoder.SetEscapeHTML(false)
+	if err := encoder.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 func mismatch(schema avro.Schema, v any) error {
