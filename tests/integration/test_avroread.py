@@ -31,8 +31,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.conftest import ROOT, Database, PgServer, scratch_database
-from tests.integration.kafka_harness import Event, Run
+from tests.integration.conftest import ROOT, Database, PgServer
+from tests.integration.kafka_harness import Event, Run, scratch_run
 
 pytestmark = pytest.mark.integration
 
@@ -148,11 +148,8 @@ def read_topics(binary: Path, env: dict[str, str], *args: str) -> subprocess.Com
 
 @pytest.fixture
 def run15(pg15: PgServer, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
-    with scratch_database(pg15) as db:
-        db.execute(SCHEMA)
-        r = Run(db, kafka_env, tmp_path)
+    with scratch_run(pg15, SCHEMA, kafka_env, tmp_path) as r:
         yield r
-        r.close()
 
 
 def workload(db: Database) -> dict[int, dict[str, int]]:

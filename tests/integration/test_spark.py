@@ -19,8 +19,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdcd.spark.job import Options, session, start
-from tests.integration.conftest import STACK, Database, PgServer, scratch_database
-from tests.integration.kafka_harness import Run
+from tests.integration.conftest import STACK, Database, PgServer
+from tests.integration.kafka_harness import Run, scratch_run
 
 pytestmark = pytest.mark.integration
 
@@ -54,11 +54,8 @@ def spark(env15: dict[str, str]) -> Iterator[SparkSession]:
 
 @pytest.fixture
 def run15(pg15: PgServer, env15: dict[str, str], tmp_path: Path) -> Iterator[Run]:
-    with scratch_database(pg15) as db:
-        db.execute(SCHEMA)
-        r = Run(db, env15, tmp_path)
+    with scratch_run(pg15, SCHEMA, env15, tmp_path) as r:
         yield r
-        r.close()
 
 
 def first_part(db: Database) -> None:
