@@ -3,6 +3,7 @@
 ``run`` is the daemon: it sends changes where ``sink`` in the config says. ``tail`` prints them as JSON
 lines (to stdout or ``--output``) whatever the sink. ``check`` validates the config and the source database.
 ``snapshot`` writes a request into the WAL that the daemon reading the slot turns into an incremental snapshot.
+``status`` asks a running daemon (its metrics port) how it is doing and prints a summary, or ``--json``.
 
 Exit codes: 0 success, 1 a runtime failure (source problem, malformed stream), 2 bad configuration.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import signal
 import sys
 import threading
@@ -29,6 +31,7 @@ from cdcd.metrics import Metrics
 from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError
 from cdcd.pipeline import Pipeline
+from cdcd.secrets import redacted_output
 from cdcd.sink import Sink, SinkFailure
 from cdcd.sink.jsonl import JsonLinesSink
 from cdcd.snapshot.runner import SnapshotError
@@ -56,11 +59,24 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--config", "-c", type=Path, help="YAML config file (env CDCD_* overrides it)")
     sub.add_argument("--table", "-t", required=True, help="schema.table, a table cdcd captures")
     sub.add_argument("--where", "-w", help="only rows matching this condition (ANDed with the row filters)")
+    sub = commands.add_parser("status", help="ask the running daemon how it is doing (its metrics port)")
+    where = sub.add_mutually_exclusive_group()
+    where.add_argument("--config", "-c", type=Path, help="the daemon's config: its metrics.listen is asked")
+    where.add_argument("--url", "-u", help="the daemon's metrics endpoint, e.g. http://127.0.0.1:9187")
+    sub.add_argument("--json", action="store_true", help="print the daemon's /status document as JSON")
+    sub.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer (default 5)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    with redacted_output():  # a secret is masked in whatever is printed: reports, log lines, tracebacks
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "status":
+        return _status(args.config, args.url, args.json, args.timeout)
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
@@ -111,6 +127,25 @@ def _request_snapshot(settings: Settings, table: str, where: str | None) -> int:
         return EXIT_FAILURE
     print(f"cdcd snapshot: queued {table} (request {request_id}); the daemon on slot {settings.source.slot}"
           " picks it up from the replication stream")  # fmt: skip
+    return EXIT_OK
+
+
+def _status(config: Path | None, url: str | None, as_json: bool, timeout: float) -> int:
+    from cdcd.status import render, status_url  # noqa: PLC0415
+    from cdcd.status_client import StatusUnavailable, fetch_status  # noqa: PLC0415
+
+    if url is None:
+        try:
+            url = status_url(load_settings(config).metrics.address)
+        except (ConfigError, ValueError) as exc:
+            print(f"cdcd status: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+    try:
+        status = fetch_status(url, timeout)
+    except StatusUnavailable as exc:
+        print(f"cdcd status: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(json.dumps(status, indent=1) if as_json else render(status), end="\n" if as_json else "")
     return EXIT_OK
 
 

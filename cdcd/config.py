@@ -6,7 +6,6 @@ are errors (a typo must not silently fall back to a default).
 
 from __future__ import annotations
 
-import contextlib
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -15,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
-from cdcd.logging import redact, register_secret
+from cdcd.secrets import redact, register_secret, register_url_password
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -127,6 +126,11 @@ class SourceSettings(_Section):
     )
     slot: str = Field("cdcd", description="logical replication slot (pgoutput) that keeps cdcd's position")
     create_slot: bool = Field(True, description="create the slot when it does not exist (else it is an error)")
+    failover: bool | None = Field(
+        None,
+        description="a failover slot (PostgreSQL 17+), synchronized to standbys running with"
+        " sync_replication_slots so cdcd goes on after a promotion; default: on where the server supports it",
+    )
     temporary_slot: bool = Field(
         False, description="a temporary slot, dropped when the session ends (tests and one-off tails only)"
     )
@@ -152,13 +156,17 @@ class SourceSettings(_Section):
 
     @field_validator("dsn")
     @classmethod
-    def _register_password(cls, value: SecretStr) -> SecretStr:
-        """The DSN's password is masked in every log line. A malformed DSN is reported when connecting."""
+    def _parse_dsn(cls, value: SecretStr) -> SecretStr:
+        """A DSN libpq cannot parse is a configuration error; the password of one it can is masked in every
+        output."""
         from psycopg import ProgrammingError  # noqa: PLC0415 - psycopg loads only when a DSN is given
         from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
 
-        with contextlib.suppress(ProgrammingError):
-            register_secret(str(conninfo_to_dict(value.get_secret_value()).get("password") or ""))
+        try:
+            params = conninfo_to_dict(value.get_secret_value())
+        except ProgrammingError as exc:
+            raise ValueError(f"not a valid connection string: {safe_conninfo_error(exc)}") from None
+        register_secret(str(params.get("password") or ""))
         return value
 
     def read_password(self) -> str | None:
@@ -245,6 +253,14 @@ class KafkaSettings(_Section):
             raise ValueError(f"topic_prefix may hold letters, digits, '.', '_' and '-' only, got {value!r}")
         return value
 
+    @model_validator(mode="after")
+    def _register_passwords(self) -> KafkaSettings:
+        """Client passwords and secrets (SASL, TLS key) are masked in every output."""
+        for key, value in self.producer.items():
+            if isinstance(value, str) and ("password" in key or "secret" in key):
+                register_secret(value)
+        return self
+
     def client_config(self) -> dict[str, Any]:
         """Bootstrap servers and the connection settings of ``producer`` (TLS, SASL): for admin clients too."""
         shared = {k: v for k, v in self.producer.items() if k.startswith(_SHARED_CLIENT_SETTINGS)}
@@ -261,6 +277,13 @@ class SchemaRegistrySettings(_Section):
 
     def client_config(self) -> dict[str, Any]:
         return {**self.client, "url": self.url}
+
+    @model_validator(mode="after")
+    def _register_passwords(self) -> SchemaRegistrySettings:
+        """Basic-auth passwords, in the URL or in ``client``, are masked in every output."""
+        register_url_password(self.url)
+        register_secret(self.client.get("basic.auth.user.info", "").partition(":")[2] or None)
+        return self
 
 
 class FilterSettings(_Section):
@@ -287,6 +310,9 @@ class SnapshotSettings(_Section):
     state_dir: Path = Field(
         Path("/var/lib/cdcd/state"), description="where snapshot progress is kept, so a restart resumes it"
     )
+    progress_interval_s: float = Field(
+        30.0, gt=0, description="while a table is snapshotted, log its rows, estimate, rate and time left this often"
+    )
 
 
 class SinkSettings(_Section):
@@ -297,7 +323,8 @@ class SinkSettings(_Section):
 
 class MetricsSettings(_Section):
     listen: str = Field(
-        "0.0.0.0:9187", description="host:port serving /metrics, /healthz and /readyz; empty disables; port 0 picks one"
+        "0.0.0.0:9187",
+        description="host:port serving /metrics, /status, /healthz and /readyz; empty disables; port 0 picks one",
     )
     health_timeout_s: float = Field(60.0, gt=0, description="/healthz fails when the main loop stalls this long")
     slot_check_interval_s: float = Field(30.0, gt=0, description="how often to query the WAL the slot retains")
@@ -368,11 +395,6 @@ def load_settings(path: Path | None) -> Settings:
         raise ConfigError(_describe(exc, path)) from None
     except SettingsError as exc:  # an environment variable holding malformed JSON for a section or mapping
         raise ConfigError(redact(f"invalid configuration in the environment: {exc}")) from None
-    for key, value in settings.kafka.producer.items():
-        if isinstance(value, str) and ("password" in key or "secret" in key):
-            register_secret(value)
-    user_info = settings.schema_registry.client.get("basic.auth.user.info", "")
-    register_secret(user_info.partition(":")[2] or None)
     return settings
 
 

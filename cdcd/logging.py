@@ -1,16 +1,14 @@
 """structlog setup: readable console lines in a terminal, JSON lines otherwise (systemd, Kubernetes).
 
-Every line passes through :func:`redact`: ``password=...`` in any string, the password of a URL and every
-secret registered with :func:`register_secret` (the source password, SASL passwords) are masked, whatever
-logged them (an error message quoting a connection string, a library's log line, a traceback).
+Every field of every line passes through :func:`cdcd.secrets.redact` before it is rendered (JSON escaping
+would otherwise hide a secret from the redacting stream the line is written to), whatever logged it: an error
+message quoting a connection string, a library's log line, a traceback.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import sys
-import threading
 import time
 import traceback
 from collections.abc import MutableMapping
@@ -19,33 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from cdcd.secrets import redact
+
 if TYPE_CHECKING:
     from cdcd.config import LogSettings
-
-MASK = "***"
-_PASSWORD = re.compile(r"""(password\s*[=:]\s*)('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s,;&'"]+)""", re.IGNORECASE)
-_URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)([^@\s/]+)(@)", re.IGNORECASE)
-_secrets: set[str] = set()
-_lock = threading.Lock()
-
-
-def register_secret(value: str | None) -> None:
-    """Mask this exact value wherever it appears in a log line (values under 4 characters are not worth it:
-    they would mask unrelated text, and ``password=`` masking still applies)."""
-    if value and len(value) >= 4:
-        with _lock:
-            _secrets.add(value)
-
-
-def redact(text: str) -> str:
-    """``text`` with passwords masked: ``password=...`` (libpq conninfo, librdkafka settings), URL user info
-    and every registered secret."""
-    text = _PASSWORD.sub(lambda m: m.group(1) + MASK, text)
-    text = _URL_USERINFO.sub(lambda m: m.group(1) + MASK + m.group(3), text)
-    for secret in sorted(_secrets, key=len, reverse=True):
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return text
 
 
 def _redact_value(value: Any) -> Any:

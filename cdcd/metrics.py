@@ -1,12 +1,14 @@
-"""Prometheus metrics, /healthz and /readyz, served from a thread.
+"""Prometheus metrics, /status (JSON for `cdcd status`), /healthz and /readyz, served from a thread.
 
 Values are read from the pipeline's own state when Prometheus scrapes (a custom collector), so the per-change
 path pays only for plain counters it keeps anyway. Only the commit-to-acknowledgement latency is a histogram,
-observed once per transaction.
+observed once per transaction. The events rate of /status comes from a sample of the events counter every few
+seconds, taken by a thread of its own.
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import threading
 import time
@@ -21,6 +23,10 @@ from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
 from cdcd import __version__
+from cdcd.lsn import format_lsn
+from cdcd.secrets import redact
+from cdcd.snapshot.meter import SnapshotMeters
+from cdcd.status import RateWindow
 
 # Commit-to-acknowledgement latency buckets, seconds: sub-second when keeping up, minutes when Kafka is away.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -39,6 +45,11 @@ class State:
     buffer_bytes: Callable[[], tuple[int, int]] = lambda: (0, 0)  # (memory, spilled)
     filtered: dict[str, int] = field(default_factory=dict)  # by table
     snapshot_tables_pending: Callable[[], int] = lambda: 0  # queued table snapshots not finished
+    snapshot_meters: SnapshotMeters = field(default_factory=SnapshotMeters)  # table snapshots of this process
+    phase: str = "starting"  # starting, initial snapshot, streaming, reconnecting, stopping
+    slot: str = ""
+    server: str = ""  # host:port/database, no credentials
+    server_version: str = ""
     postgresql_up: bool = False
     streaming: bool = False  # streaming, or reading the initial snapshot: the daemon is at work
     heartbeat: float = field(default_factory=time.monotonic)  # the main loop's last pass
@@ -84,6 +95,7 @@ class PipelineCollector(Collector):
                                             labels=["kind", "outcome"]), s.transactions)  # fmt: skip
         yield _gauge("cdcd_snapshot_tables_pending", "Table snapshots queued or running, not yet acknowledged"
                      " (their rows count in cdcd_events_total{op=\"r\"})", s.snapshot_tables_pending())  # fmt: skip
+        yield from self._snapshot_tables()
         yield _gauge("cdcd_open_streamed_transactions", "Streamed transactions buffered until commit",
                      s.open_streamed())  # fmt: skip
         memory, spilled = s.buffer_bytes()
@@ -101,16 +113,35 @@ class PipelineCollector(Collector):
         up.add_metric(["sink"], int(self.sink.ready()))
         yield up
 
+    def _snapshot_tables(self) -> Iterator[Metric]:
+        meters = self.state.snapshot_meters
+        views = list(meters.tables.values())
+        rows = GaugeMetricFamily("cdcd_snapshot_rows", "Rows read by the latest snapshot of each table (a resumed"
+                                 " one counts the rows read before the restart)", labels=["table"])  # fmt: skip
+        estimated = GaugeMetricFamily("cdcd_snapshot_rows_estimated", "The planner's estimate of the rows of each"
+                                      " table's latest snapshot, taken when it started", labels=["table"])  # fmt: skip
+        for meter in views:
+            rows.add_metric([redact(meter.table)], meter.rows)
+            if meter.estimated is not None:
+                estimated.add_metric([redact(meter.table)], meter.estimated)
+        yield rows
+        yield estimated
+        done = meters.done
+        yield _gauge("cdcd_snapshot_tables", "Table snapshots of this process: finished plus still queued or running",
+                     done + self.state.snapshot_tables_pending())  # fmt: skip
+        yield _gauge("cdcd_snapshot_tables_done", "Table snapshots this process finished (every row acknowledged)",
+                     done)  # fmt: skip
+
 
 def _gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamily:
     gauge = GaugeMetricFamily(name, doc, labels=list(labels))
-    gauge.add_metric(list(labels.values()), value)
+    gauge.add_metric([redact(v) for v in labels.values()], value)
     return gauge
 
 
 def _labelled(family: CounterMetricFamily, values: Mapping[Any, int]) -> CounterMetricFamily:
     for labels, value in list(values.items()):
-        family.add_metric(list(labels), value)
+        family.add_metric([redact(str(label)) for label in labels], value)
     return family
 
 
@@ -125,6 +156,8 @@ class Metrics:
                                  " it and every earlier one are acknowledged by the sink", buckets=LATENCY_BUCKETS,
                                  registry=self.registry)  # fmt: skip
         self._server: WSGIServer | None = None
+        self.events_rate = RateWindow()
+        self._closing = threading.Event()
 
     def observe_done(self, commit_unix_s: float) -> None:
         self.latency.observe(max(0.0, time.time() - commit_unix_s))
@@ -135,7 +168,50 @@ class Metrics:
     def ready(self) -> bool:
         return self.healthy() and self.state.streaming and self.sink.ready()
 
-    def serve(self, host: str, port: int) -> int:
+    def _events_total(self) -> int:
+        return sum(list(self.sink.events.values()))
+
+    def status(self) -> dict[str, Any]:
+        """The /status document (rendered by ``cdcd.status.render``)."""
+        s, now = self.state, time.monotonic()
+        self.events_rate.add(now, self._events_total())
+        rate = self.events_rate.rate()
+        oldest = s.oldest_unacked_commit()
+        memory, spilled = s.buffer_bytes()
+        meters = s.snapshot_meters
+        pending = s.snapshot_tables_pending()
+        return {
+            "version": __version__,
+            "state": s.phase,
+            "healthy": self.healthy(),
+            "ready": self.ready(),
+            "slot": s.slot,
+            "server": s.server,
+            "server_version": s.server_version,
+            "received_lsn": format_lsn(s.received_lsn),
+            "flushed_lsn": format_lsn(s.flushed_lsn),
+            "lag_bytes": max(0, s.received_lsn - s.flushed_lsn),
+            "lag_seconds": 0.0 if oldest is None else round(max(0.0, time.time() - oldest), 3),
+            "slot_retained_wal_bytes": s.slot_retained_wal_bytes,
+            "events_per_s": None if rate is None else round(rate[0], 1),
+            "events_window_s": None if rate is None else round(rate[1], 1),
+            "events_total": self._events_total(),
+            "in_flight_messages": self.sink.in_flight(),
+            "buffer_memory_bytes": memory,
+            "buffer_spilled_bytes": spilled,
+            "snapshot": {
+                "tables_total": meters.done + pending,
+                "tables_done": meters.done,
+                "tables_pending": pending,
+                "tables": meters.views(now),
+            },
+        }
+
+    def _sample_events(self, every_s: float) -> None:
+        while not self._closing.wait(every_s):
+            self.events_rate.add(time.monotonic(), self._events_total())
+
+    def serve(self, host: str, port: int, sample_every_s: float = 5.0) -> int:
         """Start serving in a daemon thread; return the bound port (``port`` 0 picks a free one)."""
         metrics_app = make_wsgi_app(self.registry)
 
@@ -145,13 +221,19 @@ class Metrics:
                 ok = self.healthy() if path == "/healthz" else self.ready()
                 start("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
                 return [b"ok\n" if ok else b"not ready\n"]
+            if path == "/status":
+                start("200 OK", [("Content-Type", "application/json")])
+                return [redact(json.dumps(self.status())).encode() + b"\n"]
             return metrics_app(environ, start)  # type: ignore[no-any-return]
 
         self._server = make_server(host, port, app, handler_class=_QuietHandler)
         threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True).start()
+        self.events_rate.add(time.monotonic(), self._events_total())
+        threading.Thread(target=self._sample_events, args=(sample_every_s,), name="rate", daemon=True).start()
         return int(self._server.server_address[1])
 
     def close(self) -> None:
+        self._closing.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

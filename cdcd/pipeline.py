@@ -27,8 +27,10 @@ from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import LogicalMessage, Message, RowChange
 from cdcd.progress import Progress
 from cdcd.sink import SessionContext, Sink
+from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.runner import Snapshotter, start_state
 from cdcd.snapshot.state import StateStore
+from cdcd.source.failover import FAILOVER_VERSION, PromotionError, check_promotion, switch_point
 from cdcd.source.protocol import (
     XLOGDATA_PAYLOAD_OFFSET,
     parse_keepalive,
@@ -36,7 +38,7 @@ from cdcd.source.protocol import (
     standby_status_update,
 )
 from cdcd.source.snapshot import REQUEST_PREFIX, WATERMARK_PREFIX, SnapshotReader
-from cdcd.source.walsender import SessionInfo, SourceDisconnected, Walsender
+from cdcd.source.walsender import SessionInfo, SourceDisconnected, SourceError, Walsender
 
 log = structlog.get_logger("cdcd.pipeline")
 
@@ -74,8 +76,11 @@ class Pipeline:
         self._assembler: Assembler | None = None
         self.snapshotter: Snapshotter | None = None
         self.snapshot_rows: Counter[str] = Counter()  # rows snapshotted, by table
+        self.meters = SnapshotMeters(settings.snapshot.progress_interval_s)  # kept across reconnects
         self._captured: list[str] = []
         self._recent_xids: deque[int] = deque(maxlen=4096)  # transactions just emitted (chunk visibility check)
+        self._timeline = 0  # the server's timeline in the last session: a new one means a promotion
+        self.published_lsn = 0  # end of the last transaction handed to the sink
         self.state = State(
             oldest_unacked_commit=self.progress.oldest_commit_time,
             transactions=self.stats.outcomes,
@@ -83,6 +88,8 @@ class Pipeline:
             buffer_bytes=lambda: (self.pool.memory_bytes, self.pool.spilled_bytes),
             filtered=self.filter_stats.filtered,
             snapshot_tables_pending=lambda: len(self.snapshotter.state.queue) if self.snapshotter else 0,
+            snapshot_meters=self.meters,
+            slot=settings.source.slot,
         )
 
     def run(self) -> None:
@@ -102,6 +109,7 @@ class Pipeline:
                     raise
                 self.stats.reconnects += 1
                 self.state.postgresql_up = self.state.streaming = False
+                self.state.phase = "reconnecting"
                 self.state.heartbeat = time.monotonic()  # waiting to retry is the loop working
                 self.notifier.watchdog()
                 self.notifier.status(f"reconnecting: {exc}")
@@ -131,7 +139,8 @@ class Pipeline:
                               slot=source.slot)  # fmt: skip
                     saved = None
                 log.info("connected", slot=source.slot, protocol=info.protocol_version, server=info.server_version,
-                         slot_created=info.slot_created)  # fmt: skip
+                         slot_created=info.slot_created, timeline=info.timeline)  # fmt: skip
+                self._check_timeline(walsender, info)
                 decoder = Decoder(info.encoding, parallel_streaming=info.parallel_streaming)
                 self.rowfilter = self._rowfilter(info.filter_plan, walsender)
                 reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot)
@@ -141,8 +150,8 @@ class Pipeline:
                 store.save(state)
                 self.snapshotter = Snapshotter(reader, self.sink, self.progress, store, state, info.filter_plan,
                                                self.settings.snapshot.chunk_size, decoder.types,
-                                               self._count_snapshot_rows)  # fmt: skip
-                self.state.postgresql_up = True
+                                               self._count_snapshot_rows, self.meters)  # fmt: skip
+                self._connected(info, reader)
                 if info.exported_snapshot is not None and state.initial == "running":
                     self._initial_snapshot(info, self.snapshotter, decoder)
                     if mode == "initial_only" or self.stop.is_set():
@@ -150,7 +159,7 @@ class Pipeline:
                 walsender.start_replication(self.progress.flushed_lsn)
                 log.info("streaming", slot=source.slot, start_lsn=format_lsn(self.progress.flushed_lsn),
                          snapshots_queued=len(state.queue))  # fmt: skip
-                self.state.streaming = True
+                self.state.streaming, self.state.phase = True, "streaming"
                 self.notifier.ready(f"streaming from slot {source.slot}")
                 keep_alive = partial(self._status_if_due, walsender)
                 self.sink.start_session(SessionContext(info.database, decoder.types, keep_alive))
@@ -168,10 +177,25 @@ class Pipeline:
             self.sink.poll()
             self._send_status(walsender)
 
+    def _check_timeline(self, walsender: Walsender, info: SessionInfo) -> None:
+        """After a promotion, the slot must have been synced and hold nothing cdcd published beyond the new
+        primary's history; a synced slot a little behind cdcd is normal: streaming starts at cdcd's position."""
+        previous, self._timeline = self._timeline, info.timeline
+        if not previous or previous == info.timeline or info.slot_created or info.server_version < FAILOVER_VERSION:
+            return
+        switch = switch_point(walsender.timeline_history(info.timeline), previous)
+        try:
+            lag = check_promotion(walsender.slot_sync(), self.published_lsn, self.progress.flushed_lsn, switch)
+        except PromotionError as exc:
+            raise SourceError(f"after a failover (timeline {previous} -> {info.timeline}): {exc}") from None
+        log.warning("the server was promoted; going on from cdcd's own position", previous_timeline=previous,
+                    timeline=info.timeline, slot=lag, start_lsn=format_lsn(self.progress.flushed_lsn))  # fmt: skip
+
     def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, decoder: Decoder) -> None:
         """Read the tables in the slot's exported snapshot, and wait until the sink has all of it."""
         self.notifier.ready("initial snapshot")
         self.state.streaming = True  # ready: the daemon is doing its work (and Prometheus keeps scraping it)
+        self.state.phase = "initial snapshot"
         self.sink.start_session(SessionContext(info.database, decoder.types, self._beat))
         assert info.exported_snapshot is not None
         with contextlib.suppress(_Stopped):
@@ -186,6 +210,11 @@ class Pipeline:
         snapshotter.initial_finished()
         log.info("initial snapshot done", rows=self.snapshot_rows.total(), consistent_point=format_lsn(
             info.consistent_point or 0))  # fmt: skip
+
+    def _connected(self, info: SessionInfo, reader: SnapshotReader) -> None:
+        state = self.state
+        state.postgresql_up = True
+        state.server, state.server_version = reader.server(), _version(info.server_version)
 
     def _count_snapshot_rows(self, table: str, rows: int) -> None:
         self.snapshot_rows[table] += rows
@@ -227,6 +256,7 @@ class Pipeline:
                 self._send_status(walsender)
             else:
                 self._status_if_due(walsender)
+        self.state.phase = "stopping"
 
     def _report(self, walsender: Walsender) -> None:
         """Refresh what metrics read; now and then ask the server how much WAL the slot retains."""
@@ -279,6 +309,7 @@ class Pipeline:
             if snapshotter is not None and snapshotter.window is not None:
                 event.tap = snapshotter.observe
             self.sink.write_transaction(event, self.progress)
+            self.published_lsn = event.end_lsn
             self._recent_xids.append(event.xid)
         elif event.prefix in _CONTROL and self.snapshotter is not None:
             if event.prefix == WATERMARK_PREFIX:
@@ -302,3 +333,8 @@ class Pipeline:
             if not self.stop.is_set():
                 raise
         log.debug("status sent", write=format_lsn(progress.received_lsn), flush=format_lsn(flushed))
+
+
+def _version(server_version: int) -> str:
+    """150004 -> 15.4"""
+    return f"{server_version // 10000}.{server_version % 10000}"

@@ -8,7 +8,8 @@ nothing is dropped). A failed delivery stops the daemon with the LSN it reached.
 Layout: table changes on ``<prefix>.<schema>.<table>`` keyed by the replica identity, a tombstone after each
 delete, a truncate event per table; logical decoding messages on ``<prefix>.message``; BEGIN/END events on
 ``<prefix>.transaction``. An update that changes the key becomes, as in Debezium, a delete of the old key
-(plus tombstone) and a create under the new key, so each key's history stays in one partition.
+(plus tombstone) and a create under the new key, so each key's history stays in one partition; the delete
+names the new key in a ``__debezium.newkey`` header, the create the old one in ``__debezium.oldkey``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from cdcd.avro.schema import column_changes
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.logging import library_logger
 from cdcd.lsn import pg_to_unix_us
-from cdcd.pgoutput.messages import LogicalMessage, Relation, RowChange, Truncate, Type
+from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Type
 from cdcd.progress import Entry, Progress
 from cdcd.sink import OP_CODES, SessionContext, SinkFailure
 from cdcd.snapshot import SnapshotBatch
@@ -52,6 +53,10 @@ log = structlog.get_logger("cdcd.sink.kafka")
 
 _TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._-]")
 _WIRE_HEADER = struct.Struct(">bI")  # Confluent wire format: magic byte 0, schema id
+# Debezium's headers on the two events of a key change; the value is the other key, as the message key is sent.
+OLD_KEY_HEADER = "__debezium.oldkey"
+NEW_KEY_HEADER = "__debezium.newkey"
+Headers = list[tuple[str, str | bytes | None]]
 
 
 def topic_name(prefix: str, schema: str, table: str) -> str:
@@ -260,23 +265,42 @@ class KafkaSink:
 
     def _row(self, change: RowChange, source: SourceInfo, ctx: _Emit) -> None:
         table = self._table(change.relation)
-        old, new = change.old, change.new
+        old, new, lsn = change.old, change.new, change.wal_lsn
         if change.op == "update" and old is not None and table.key_header is not None and _key_changed(change):
-            # The key changed: delete under the old key, create under the new one (Debezium's behaviour).
-            delete = RowChange("delete", change.relation, old, None, change.old_is_key, change.xid, change.wal_lsn, 0)
-            self._row(delete, source, ctx)
-            old, op = None, "c"
-        else:
-            op = OP_CODES[change.op]
+            # The key changed: a delete under the old key and a create under the new one (Debezium's behaviour),
+            # each naming the other key in a header: the create lacks unchanged TOAST values, which a consumer
+            # carries over from the old key's row.
+            assert new is not None
+            old_key, new_key = self._key(table, old), self._key(table, new)
+            moved_to: Headers = [(NEW_KEY_HEADER, new_key)]
+            moved_from: Headers = [(OLD_KEY_HEADER, old_key)]
+            self._event(table, "d", old_key, old=old, new=None, source=source, lsn=lsn, ctx=ctx, headers=moved_to)
+            self._event(table, "c", new_key, old=None, new=new, source=source, lsn=lsn, ctx=ctx, headers=moved_from)
+            return
         key_row = new if new is not None else old
-        key = (
-            None
-            if table.key_header is None or key_row is None
-            else table.key_header + table.encoder.encode_key(key_row)
-        )
-        order = ctx.order(table.topic)
-        value = table.encoder.encode_value(op, old, new, source, change.wal_lsn, ctx.now_us, order)
-        self._produce(table.topic, key, table.value_header + value, ctx)
+        key = None if table.key_header is None or key_row is None else self._key(table, key_row)
+        self._event(table, OP_CODES[change.op], key, old=old, new=new, source=source, lsn=lsn, ctx=ctx)
+
+    @staticmethod
+    def _key(table: _Table, row: Row) -> bytes:
+        assert table.key_header is not None
+        return table.key_header + table.encoder.encode_key(row)
+
+    def _event(
+        self,
+        table: _Table,
+        op: str,
+        key: bytes | None,
+        *,
+        old: Row | None,
+        new: Row | None,
+        source: SourceInfo,
+        lsn: int,
+        ctx: _Emit,
+        headers: Headers | None = None,
+    ) -> None:
+        value = table.encoder.encode_value(op, old, new, source, lsn, ctx.now_us, ctx.order(table.topic))
+        self._produce(table.topic, key, table.value_header + value, ctx, headers)
         self.events[table.label, op] += 1
         if op == "d" and self.settings.tombstones_on_delete and key is not None:
             self._produce(table.topic, key, None, ctx)
@@ -317,11 +341,21 @@ class KafkaSink:
         if self._failure is None:
             self._failure = f"delivery to {topic} failed: {error.str()}"
 
-    def _produce(self, topic: str, key: bytes | None, value: bytes | None, ctx: _Emit) -> None:
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        ctx: _Emit,
+        headers: Headers | None = None,
+    ) -> None:
         ctx.entry.outstanding += 1  # Progress.add, inlined: once per message
         while True:
             try:
-                self.producer.produce(topic, value, key, on_delivery=ctx.acked)
+                if headers is None:
+                    self.producer.produce(topic, value, key, on_delivery=ctx.acked)
+                else:
+                    self.producer.produce(topic, value, key, on_delivery=ctx.acked, headers=headers)
                 break
             except BufferError:  # the local queue is full: wait for Kafka, never drop
                 self.producer.poll(0.1)

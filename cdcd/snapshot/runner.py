@@ -8,7 +8,9 @@ the reader and the sink are passed in.
   message in the WAL), for tables newly captured since the last start, and for what an interrupted initial
   snapshot left (its exported snapshot died with the connection).
 
-Progress is saved when a chunk's rows are acknowledged; the next chunk does not wait for that.
+Progress is saved when a chunk's rows are acknowledged; the next chunk does not wait for that. While a table
+is read, ``cdcd.snapshot.meter`` counts its rows against the planner's estimate and a progress line is logged
+every ``snapshot.progress_interval_s``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, Type
 from cdcd.progress import Progress
 from cdcd.sink import Sink
 from cdcd.snapshot import SnapshotBatch
+from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
 from cdcd.snapshot.window import ChunkWindow
 from cdcd.snapshot.xids import SnapshotXids
@@ -66,6 +69,7 @@ class Reader(Protocol):
     def describe(self, name: str) -> Table: ...
     def ancestors(self, relation_id: int) -> list[str]: ...
     def rows(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]: ...
+    def estimate(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> int: ...
     def chunk(self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int,
               watermark: str) -> Chunk: ...  # fmt: skip
 
@@ -102,6 +106,7 @@ class Snapshotter:
     chunk_size: int
     types: dict[int, Type]  # the decoder's Type cache: snapshot tables' user types go in too
     on_rows: Callable[[str, int], None] = lambda table, rows: None
+    meters: SnapshotMeters = field(default_factory=SnapshotMeters)
     window: _Open | None = None
     cursors: dict[str, list[str | None] | None] = field(default_factory=dict)  # id -> last key handed over
     handed: set[str] = field(default_factory=set)  # ids whose last chunk is handed over
@@ -126,10 +131,31 @@ class Snapshotter:
             item.last_key, item.rows, item.chunks = last_key, item.rows + rows, item.chunks + 1
             if final:
                 self.state.finish(item)
-                log.info("table snapshot finished", table=item.table, kind=item.kind, rows=item.rows, id=item.id)
+                now = time.monotonic()
+                meter = self.meters.finish(item.table, item.id, now)
+                view = {} if meter is None else meter.view(now)
+                log.info("table snapshot finished", table=item.table, kind=item.kind, rows=item.rows, id=item.id,
+                         seconds=view.get("seconds"), estimated_rows=view.get("estimated_rows"))  # fmt: skip
             self.store.save(self.state)
 
         return done
+
+    def _begin(self, item: TableProgress, table: Table, condition: str | None, after: Any) -> None:
+        """Start metering ``item`` (unless it runs already): estimate its rows, log that it starts."""
+        if self.meters.running(item.table, item.id):
+            return
+        estimated = item.rows + self.reader.estimate(table, condition, after)
+        self.meters.start(item.table, item.kind, item.id, estimated=estimated, rows=item.rows, now=time.monotonic())
+        log.info("snapshotting table", table=item.table, kind=item.kind, filtered=condition is not None,
+                 estimated_rows=estimated, rows_done=item.rows, id=item.id)  # fmt: skip
+
+    def _count(self, item: TableProgress, rows: int) -> None:
+        """``rows`` more rows of ``item`` read; log its progress when due."""
+        self.on_rows(item.table, rows)
+        now = time.monotonic()
+        meter = self.meters.add(item.table, rows, now)
+        if meter is not None:
+            log.info("snapshot progress", id=item.id, **meter.view(now))
 
     def _learn(self, table: Table) -> None:
         for t in table.types:
@@ -150,7 +176,7 @@ class Snapshotter:
             table = self.reader.describe(item.table)
             self._learn(table)
             condition = self.condition(item, table)
-            log.info("snapshotting table", table=item.table, filtered=condition is not None)
+            self._begin(item, table, condition, item.last_key)
             for rows, final in _chunks(self.reader.rows(table, condition, item.last_key), self.chunk_size):
                 if held is not None:
                     self._write_initial(*held, lsn, first=first, last=False, final=held[0] is not item)
@@ -158,7 +184,7 @@ class Snapshotter:
                 key = key_values(table.relation, table.key_columns, rows[-1]) if table.key_columns else None
                 held = (item, table.relation, rows, key)
                 total += len(rows)
-                self.on_rows(item.table, len(rows))
+                self._count(item, len(rows))
                 if not final:
                     poll()
             if held is None or held[0] is not item:  # an empty table is finished at once
@@ -210,7 +236,9 @@ class Snapshotter:
             self.store.save(self.state)
             return
         self._learn(table)
-        chunk = self.reader.chunk(item.table, self.condition(item, table), after, self.chunk_size, watermark)
+        condition = self.condition(item, table)
+        self._begin(item, table, condition, after)
+        chunk = self.reader.chunk(item.table, condition, after, self.chunk_size, watermark)
         if not ChunkWindow.admits(chunk.xids, recent_xids):
             log.debug("chunk snapshot misses a transaction the stream already emitted; reading it again",
                       table=item.table)  # fmt: skip
@@ -246,7 +274,7 @@ class Snapshotter:
         done = self._saved(item, current.last_key, len(rows), current.final)
         batch = SnapshotBatch(current.relation, rows, message.lsn, time.time_ns() // 1000, "incremental", done=done)
         self.sink.write_snapshot(batch, self.progress)
-        self.on_rows(item.table, len(rows))
+        self._count(item, len(rows))
         if current.final:
             self.handed.add(item.id)  # stays queued until acknowledged; the next table goes on meanwhile
 

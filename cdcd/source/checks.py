@@ -8,8 +8,9 @@ from typing import Any
 import psycopg
 
 from cdcd.config import ConfigError, SourceSettings
+from cdcd.source import failover
 from cdcd.source.catalog import prepare_filters
-from cdcd.source.walsender import SourceDisconnected, SourceError, connect
+from cdcd.source.walsender import SourceDisconnected, SourceError, connect, first_line
 
 
 @dataclass
@@ -29,10 +30,23 @@ def check_source(settings: SourceSettings) -> Findings:
         return Findings([str(exc)])
     with conn:
         findings = Findings()
-        for check in (_server, _role, _publications, _slot):
-            findings.problems.extend(check(conn, settings))
-        _, report = prepare_filters(conn, settings.publications)
-        findings.config_errors, findings.warnings = report.errors, report.warnings
+        for what, check in CHECKS:
+            try:
+                findings.problems.extend(check(conn, settings))
+            except psycopg.Error as exc:  # e.g. a catalog the role may not read: named, never a traceback
+                findings.problems.append(f"cannot check {what}: {first_line(exc)}")
+        try:
+            _, report = prepare_filters(conn, settings.publications)
+        except psycopg.Error as exc:
+            findings.problems.append(f"cannot check the row filters: {first_line(exc)}")
+        else:
+            findings.config_errors, findings.warnings = report.errors, report.warnings
+        try:
+            findings.warnings.extend(failover.readiness(conn, settings))
+        except ConfigError as exc:
+            findings.config_errors.append(str(exc))
+        except psycopg.Error as exc:
+            findings.warnings.append(f"cannot check whether the slot survives a failover: {first_line(exc)}")
         return findings
 
 
@@ -72,13 +86,28 @@ def _publications(conn: psycopg.Connection[Any], settings: SourceSettings) -> li
         for table in publication.tables:
             problems.extend(_table(conn, table.name))
     names = [p.name for p in settings.publications]
-    unreadable = conn.execute(
-        "SELECT DISTINCT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = ANY(%s)"
-        " AND NOT has_table_privilege(quote_ident(schemaname) || '.' || quote_ident(tablename), 'SELECT')",
-        [names],
-    ).fetchall()
-    problems.extend(f"no SELECT privilege on published table {r[0]}" for r in unreadable)
+    for table, schema_usage, select in conn.execute(_PRIVILEGES, [names]).fetchall():
+        if not schema_usage:
+            problems.append(f"no USAGE privilege on the schema of published table {table}")
+        if not select:
+            problems.append(f"no SELECT privilege on published table {table}")
     return problems
+
+
+# The published tables first (materialized), then their privileges by oid: a check by name could run on any
+# row of pg_class the plan scans first (pg_toast's included: "permission denied for schema pg_toast"), and the
+# oid forms never raise for a missing privilege.
+_PRIVILEGES = """
+WITH published AS MATERIALIZED (
+    SELECT DISTINCT schemaname, tablename FROM pg_publication_tables WHERE pubname = ANY(%s)
+)
+SELECT p.schemaname || '.' || p.tablename, has_schema_privilege(n.oid, 'USAGE'), has_table_privilege(c.oid, 'SELECT')
+FROM published p
+JOIN pg_namespace n ON n.nspname = p.schemaname
+JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename
+WHERE NOT (has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT'))
+ORDER BY 1
+"""
 
 
 def _table(conn: psycopg.Connection[Any], name: str) -> list[str]:
@@ -111,3 +140,11 @@ def _slot(conn: psycopg.Connection[Any], settings: SourceSettings) -> list[str]:
     if active:
         problems.append(f"slot {settings.slot!r} is active: another consumer (pid {pid}) is streaming from it")
     return problems
+
+
+CHECKS = (
+    ("the server settings", _server),
+    ("the role", _role),
+    ("the publications", _publications),
+    ("the replication slot", _slot),
+)

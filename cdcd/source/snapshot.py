@@ -169,6 +169,23 @@ class SnapshotReader:
         except psycopg.Error as exc:
             raise SourceError(f"cannot read {table.name} for the snapshot: {_first(exc)}") from None
 
+    def estimate(self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None) -> int:
+        """The planner's estimate of the rows ``rows`` would read: ``pg_class.reltuples`` scaled to the table's
+        current size, narrowed by ``condition`` and by the key range after ``after``."""
+        query = sql.SQL("EXPLAIN (FORMAT JSON) ") + select_query(table, condition, after, None)
+        try:
+            plan = self.conn.execute(query).fetchone()[0]  # type: ignore[index]
+        except psycopg.OperationalError as exc:
+            raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot estimate the rows of {table.name}: {_first(exc)}") from None
+        return int((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"])
+
+    def server(self) -> str:
+        """``host:port/database`` of the source, for the operator (no user, no password)."""
+        info = self.conn.info
+        return f"{info.host}:{info.port}/{info.dbname}"
+
     def chunk(self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int,
               watermark: str) -> ChunkRead:  # fmt: skip
         """One incremental chunk: low watermark, then in one transaction the snapshot's xids, the table's

@@ -18,16 +18,21 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdcd.config import ConfigError, SourceSettings, safe_conninfo_error
 from cdcd.filters.plan import FilterPlan
-from cdcd.logging import redact
 from cdcd.lsn import parse_lsn
 from cdcd.pgoutput.messages import Relation
+from cdcd.secrets import redact
 from cdcd.source.catalog import PublicationError, ancestors, prepare_filters, sync_publications
+from cdcd.source.failover import SlotSync, failover_wanted, read_slot_sync
 from cdcd.source.protocol import protocol_version_for, quote_ident, start_replication_command
 
 log = structlog.get_logger("cdcd.source")
 
 # PostgreSQL encoding names -> Python codecs for the encodings a server database can use.
 _PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "ascii", "LATIN1": "latin-1", "WIN1252": "cp1252", "EUC_JP": "euc_jp"}
+
+
+# wal_status of a slot whose WAL is gone, and PostgreSQL 17's invalidation_reason values
+_INVALIDATED = {"lost", "wal_removed", "rows_removed", "wal_level_insufficient", "idle_timeout"}
 
 
 class SourceError(RuntimeError):
@@ -81,10 +86,10 @@ def connect(dsn: str, password: str | None = None, **kwargs: Any) -> psycopg.Con
     except psycopg.ProgrammingError as exc:
         raise SourceError(f"source.dsn is not a valid connection string: {safe_conninfo_error(exc)}") from None
     except psycopg.OperationalError as exc:
-        raise SourceDisconnected(f"cannot connect to PostgreSQL: {redact(_first_line(exc))}") from None
+        raise SourceDisconnected(f"cannot connect to PostgreSQL: {redact(first_line(exc))}") from None
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
@@ -177,7 +182,7 @@ class Walsender:
             except PublicationError as exc:
                 raise SourceError(str(exc)) from None
             except psycopg.Error as exc:
-                raise SourceError(f"cannot create or alter the publications: {_first_line(exc)}") from None
+                raise SourceError(f"cannot create or alter the publications: {first_line(exc)}") from None
         self._require_publications(admin)
         return plan
 
@@ -188,7 +193,7 @@ class Walsender:
         try:
             return ancestors(self._admin, relation.relation_id)
         except psycopg.Error as exc:
-            raise SourceDisconnected(f"catalog query failed: {_first_line(exc)}") from None
+            raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
 
     def slot_retained_wal(self) -> int | None:
         """Bytes of WAL the server keeps for the slot (None when it cannot tell, e.g. on a standby)."""
@@ -200,7 +205,7 @@ class Walsender:
                 [self.settings.slot],
             ).fetchone()
         except psycopg.Error as exc:
-            log.debug("cannot read the slot's retained WAL", error=_first_line(exc))
+            log.debug("cannot read the slot's retained WAL", error=first_line(exc))
             return None
         return None if row is None or row[0] is None else int(row[0])
 
@@ -210,9 +215,10 @@ class Walsender:
             raise SourceDisconnected("replication connection is not open")
         return self._repl.pgconn
 
-    def _command(self, command: str) -> list[str]:
+    def _command(self, command: str, ok: pq.ExecStatus = pq.ExecStatus.TUPLES_OK) -> list[str]:
+        """Run a replication command: its first row (none for a command whose ``ok`` status is COMMAND_OK)."""
         result = self._pgconn.exec_(command.encode())
-        if result.status != pq.ExecStatus.TUPLES_OK:
+        if result.status != ok:
             raise SourceError(f"{command.split(maxsplit=1)[0]} failed: {_result_error(result)}")
         return [(v or b"").decode() for v in (result.get_value(0, i) for i in range(result.nfields))]
 
@@ -234,8 +240,10 @@ class Walsender:
     ) -> tuple[str, str] | None:
         """The slot exists and fits, or is created now: then (consistent point, exported snapshot name)."""
         slot = self.settings.slot
+        # 17+: a slot invalidated for another reason (e.g. a synced slot's rows removed) is as lost
+        status = "coalesce(invalidation_reason, wal_status)" if server_version >= 170000 else "wal_status"
         row = admin.execute(
-            "SELECT plugin, slot_type, database, active, active_pid, wal_status FROM pg_replication_slots"
+            f"SELECT plugin, slot_type, database, active, active_pid, {status} FROM pg_replication_slots"
             " WHERE slot_name = %s",
             [slot],
         ).fetchone()
@@ -249,15 +257,16 @@ class Walsender:
                 raise SourceError(f"slot {slot!r} belongs to database {database!r}, not {admin.info.dbname!r}")
             if active:
                 raise SourceError(f"slot {slot!r} is active: another consumer (pid {active_pid}) is streaming from it")
-            if wal_status != "lost":
+            if wal_status not in _INVALIDATED:
+                self._set_failover(server_version)
                 return None
             if not replace_lost:
                 raise SourceError(
-                    f"slot {slot!r} was invalidated (wal_status lost): the WAL it held was removed and those changes"
-                    " are gone. Set snapshot.mode: when_needed to replace it with a new slot and snapshot, or drop it"
+                    f"slot {slot!r} was invalidated ({_why(wal_status)}): the changes it held are gone. Set"
+                    " snapshot.mode: when_needed to replace it with a new slot and snapshot, or drop it"
                 )
-            log.error("slot was invalidated: the WAL it held is gone; dropping it, creating a new one and snapshotting",
-                      slot=slot)  # fmt: skip
+            log.error("slot was invalidated: the changes it held are gone; dropping it, creating a new one and"
+                      " snapshotting", slot=slot, reason=wal_status)  # fmt: skip
             admin.execute("SELECT pg_drop_replication_slot(%s)", [slot])
         elif must_exist is not None:
             raise SourceError(
@@ -267,12 +276,35 @@ class Walsender:
         if not self.settings.create_slot:
             raise SourceError(f"slot {slot!r} does not exist and source.create_slot is false")
         temporary = " TEMPORARY" if self.settings.temporary_slot else ""
+        failover = ", FAILOVER" if failover_wanted(self.settings, server_version) else ""
         if server_version >= 150000:
-            snapshot = " (SNAPSHOT 'export')" if export else " (SNAPSHOT 'nothing')"
+            snapshot = f" (SNAPSHOT '{'export' if export else 'nothing'}'{failover})"
         else:
             snapshot = " EXPORT_SNAPSHOT" if export else " NOEXPORT_SNAPSHOT"
         created = self._command(f"CREATE_REPLICATION_SLOT {quote_ident(slot)}{temporary} LOGICAL pgoutput{snapshot}")
         return created[1], created[2]
+
+    def _set_failover(self, server_version: int) -> None:
+        """Give an existing slot the failover setting the config asks for (17+)."""
+        if server_version < 170000 or self._admin is None:
+            return
+        wanted, slot = failover_wanted(self.settings, server_version), self.settings.slot
+        found = read_slot_sync(self._admin, slot)
+        if found is not None and found.failover != wanted and not found.synced:
+            self._command(
+                f"ALTER_REPLICATION_SLOT {quote_ident(slot)} (FAILOVER {str(wanted).lower()})", pq.ExecStatus.COMMAND_OK
+            )
+            log.info("slot failover setting changed", slot=slot, failover=wanted)
+
+    def slot_sync(self) -> SlotSync | None:
+        """The slot's failover state (17+; None when it does not exist)."""
+        if self._admin is None:
+            raise SourceDisconnected("catalog connection is not open")
+        return read_slot_sync(self._admin, self.settings.slot)
+
+    def timeline_history(self, timeline: int) -> str:
+        """The history file of ``timeline`` (where each earlier timeline ended)."""
+        return self._command(f"TIMELINE_HISTORY {int(timeline)}")[1]
 
     # -- streaming ----------------------------------------------------------------------------
 
@@ -295,7 +327,7 @@ class Walsender:
                 pgconn.consume_input()
                 timeout = 0
         except psycopg.Error as exc:
-            raise SourceDisconnected(f"replication connection lost: {_first_line(exc)}") from None
+            raise SourceDisconnected(f"replication connection lost: {first_line(exc)}") from None
 
     def _copy_ended(self, pgconn: pq.abc.PGconn) -> None:
         result = pgconn.get_result()
@@ -308,7 +340,11 @@ class Walsender:
             if pgconn.put_copy_data(frame) != 1 or pgconn.flush() != 0:
                 raise SourceDisconnected(f"cannot send to server: {pgconn.get_error_message()}")
         except psycopg.Error as exc:
-            raise SourceDisconnected(f"cannot send to server: {_first_line(exc)}") from None
+            raise SourceDisconnected(f"cannot send to server: {first_line(exc)}") from None
+
+
+def _why(status: str) -> str:
+    return "wal_status lost: the WAL it held was removed" if status in ("lost", "wal_removed") else status
 
 
 def _result_error(result: pq.abc.PGresult) -> str:

@@ -20,14 +20,21 @@ from pyspark.sql.streaming.query import StreamingQuery
 from cdcd.spark.merge import (
     EV_COMMIT_LSN,
     EV_LSN,
+    MOVED_FROM,
+    MOVED_TO,
     OFFSET,
     OP,
     UNCHANGED,
     Position,
     evolve_sql,
+    first_conflict_sql,
     latest_sql,
     merge_sql,
+    movable_sql,
+    move_sql,
+    moves_sql,
     truncate_sql,
+    window_sql,
 )
 from cdcd.spark.schema import (
     COMMIT_LSN,
@@ -58,6 +65,8 @@ PROP_SCHEMA_ID = "cdcd.schema_id"
 PROP_SCHEMA_AT = "cdcd.schema_position"
 PROP_TRUNCATED_AT = "cdcd.truncated_position"
 PROP_KEYS = "cdcd.key_columns"
+# The headers of a key change's two events (cdcd.sink.kafka): the other key, in the wire format of keys.
+MOVED_HEADERS = {MOVED_FROM: "__debezium.oldkey", MOVED_TO: "__debezium.newkey"}
 
 
 @dataclass
@@ -118,12 +127,13 @@ def kafka_stream(spark: SparkSession, options: Options) -> DataFrame:
         .option("subscribePattern", topic_pattern(options.topic_prefix))
         .option("startingOffsets", options.starting_offsets)
         .option("kafka.metadata.max.age.ms", "5000")  # find new tables' topics within seconds
+        .option("includeHeaders", "true")
     )
     if options.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger))
     for key, value in options.kafka_options.items():
         reader = reader.option(key, value)
-    return reader.load().select("topic", "partition", "offset", "key", "value")
+    return reader.load().select("topic", "partition", "offset", "key", "value", "headers")
 
 
 def start(spark: SparkSession, options: Options) -> StreamingQuery:
@@ -174,6 +184,7 @@ class BatchSummary:
     last_schema: int
     truncated: Position | None
     rows: int
+    moves: int  # events of key changes
 
 
 def _position(text: str | None) -> Position | None:
@@ -215,6 +226,10 @@ class BatchWriter:
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         self.spark = batch.sparkSession  # the micro-batch's own session: its temp views are only visible there
+        moved = [
+            f"try_element_at(filter(headers, h -> h.key = {literal(header)}), 1).value AS {column}"
+            for column, header in MOVED_HEADERS.items()
+        ]
         raw = batch.where("value IS NOT NULL").selectExpr(  # tombstones carry nothing the mirror needs
             "topic",
             "partition",
@@ -222,6 +237,7 @@ class BatchWriter:
             "value",
             f"substring(value, 1, {HEADER_SIZE}) AS _vh",
             f"substring(key, 1, {HEADER_SIZE}) AS _kh",
+            *moved,
         )
         raw.persist()
         try:
@@ -255,18 +271,19 @@ class BatchWriter:
             if state is not None and state.schema_id not in schemas:
                 schemas[state.schema_id] = table_schema(self.registry.parsed(state.schema_id))
             wide = union(schemas.values())
-            parts = [self._decode(raw, topic, i, schemas[i], wide) for i in sorted(value_ids)]
+            parts = [self._decode(raw, topic, i, schemas[i], wide, key_ids=key_ids) for i in sorted(value_ids)]
             events = parts[0]
             for part in parts[1:]:
                 events = events.unionByName(part)
             yield TableBatch(names[0], names[1], events, schemas, key_ids)
 
-    def _decode(self, raw: DataFrame, topic: str, id_: int, writer: TableSchema, wide: TableSchema) -> DataFrame:
-        envelope: SparkColumn = from_avro(
-            F.expr(f"substring(value, {HEADER_SIZE + 1})"), self.registry.schema(id_), {"mode": "FAILFAST"}
-        )
+    def _decode(
+        self, raw: DataFrame, topic: str, id_: int, writer: TableSchema, wide: TableSchema, *, key_ids: set[int]
+    ) -> DataFrame:
+        envelope = self._avro("value", id_)
         rows = raw.where((F.col("topic") == topic) & (F.col("_vh") == F.lit(bytearray(header(id_)))))
-        return rows.select(envelope.alias("e"), "partition", "offset").selectExpr(
+        moved = [self._moved_key(column, key_ids).alias(column) for column in MOVED_HEADERS]
+        return rows.select(envelope.alias("e"), "partition", "offset", *moved).selectExpr(
             f"e.op AS {OP}",
             f"coalesce(e.source.commit_lsn, 0) AS {EV_COMMIT_LSN}",
             f"coalesce(e.source.lsn, 0) AS {EV_LSN}",
@@ -278,7 +295,27 @@ class BatchWriter:
             f"{aligned_struct('e.before', writer, wide)} AS before",
             f"{aligned_struct('e.after', writer, wide)} AS after",
             f"{id_} AS _schema_id",
+            MOVED_FROM,
+            MOVED_TO,
         )
+
+    def _avro(self, column: str, id_: int) -> SparkColumn:
+        """The Avro body of ``column`` (wire format) decoded with writer schema ``id_``."""
+        body = F.expr(f"substring({column}, {HEADER_SIZE + 1})")
+        return from_avro(body, self.registry.schema(id_), {"mode": "FAILFAST"})
+
+    def _moved_key(self, column: str, key_ids: set[int]) -> SparkColumn:
+        """The key in a key change's header ``column``, decoded with the key schema its header names (null for
+        other events; a keyless table has none)."""
+        if not key_ids:
+            return F.lit(None)
+        decoded = [
+            F.when(
+                F.expr(f"substring({column}, 1, {HEADER_SIZE})") == F.lit(bytearray(header(i))), self._avro(column, i)
+            )
+            for i in sorted(key_ids)
+        ]
+        return F.coalesce(*decoded) if len(decoded) > 1 else decoded[0]
 
     def _write_table(self, tb: TableBatch, batch_id: int) -> int:
         summary = tb.events.selectExpr(
@@ -286,6 +323,7 @@ class BatchWriter:
             f"count_if({OP} <> 't') AS rows",
             f"max(struct({EV_COMMIT_LSN}, {EV_LSN}, {OFFSET}, _schema_id)) AS last",
             f"max(CASE WHEN {OP} = 't' THEN struct({EV_COMMIT_LSN}, {EV_LSN}) END) AS truncated",
+            f"count_if({MOVED_FROM} IS NOT NULL OR {MOVED_TO} IS NOT NULL) AS moves",
         ).first()
         assert summary is not None
         if self.options.changelog:
@@ -297,6 +335,7 @@ class BatchWriter:
                 last[3],
                 None if truncated is None else (truncated[0], truncated[1]),
                 summary["rows"],
+                summary["moves"],
             )
             self._mirror(tb, batch)
         return int(summary["n"])
@@ -306,7 +345,8 @@ class BatchWriter:
     def _append_changelog(self, tb: TableBatch, batch_id: int) -> None:
         assert self.options.changelog
         path = f"{self.options.changelog.rstrip('/')}/{tb.schema}/{tb.table}"
-        writer = tb.events.drop("_schema_id").write.mode("append").format(self.options.changelog_format)
+        events = tb.events.drop("_schema_id", MOVED_FROM, MOVED_TO)
+        writer = events.write.mode("append").format(self.options.changelog_format)
         if self.options.changelog_format == "delta":
             # Delta skips a (txnAppId, txnVersion) it already committed: a replayed batch is not appended twice.
             writer = writer.option("txnAppId", self.options.checkpoint).option("txnVersion", str(batch_id))
@@ -373,7 +413,32 @@ class BatchWriter:
         target = tb.schemas[state.schema_id]
         view = f"cdcd_events_{abs(hash(tb.name))}"
         tb.events.createOrReplaceTempView(view)
-        self.spark.sql(latest_sql(view, keys, target, state.truncated_at)).createOrReplaceTempView(view + "_latest")
+        if not batch.moves:
+            self._merge(name, view, keys, target, state.truncated_at)
+            return
+        # Key changes: apply the batch in parts, each from a key change that earlier events of its keys precede.
+        start: Position | None = None
+        while True:
+            self._view(f"{view}_rest", window_sql(view, state.truncated_at, start, None))
+            self._view(f"{view}_moves", moves_sql(f"{view}_rest", keys))
+            first = self.spark.sql(first_conflict_sql(f"{view}_rest", f"{view}_moves", keys)).first()
+            end = None if first is None or first["first"] is None else (first["first"][0], first["first"][1])
+            part = f"{view}_part"
+            self._view(part, window_sql(f"{view}_rest", None, None, end))
+            self._view(f"{view}_moves", moves_sql(part, keys))
+            if self.spark.sql(f"SELECT 1 FROM {movable_sql(name, f'{view}_moves', keys)} LIMIT 1").take(1):
+                self.spark.sql(move_sql(name, f"{view}_moves", keys, target))
+            self._merge(name, part, keys, target, None)
+            if end is None:
+                return
+            start = end
+
+    def _view(self, name: str, sql: str) -> None:
+        self.spark.sql(sql).createOrReplaceTempView(name)
+
+    def _merge(self, name: str, view: str, keys: tuple[str, ...], target: TableSchema, since: Position | None) -> None:
+        """MERGE the newest event per key of ``view`` (after the truncate at ``since``) into the mirror ``name``."""
+        self._view(view + "_latest", latest_sql(view, keys, target, since))
         self.spark.sql(merge_sql(name, view + "_latest", keys, target))
 
     def _create(self, tb: TableBatch, state: MirrorState) -> MirrorState:

@@ -5,6 +5,13 @@ in WAL order inside one, snapshot (``r``) events at the position cdcd gives them
 (one key's events share one partition). Every mirror row keeps the position of the event that wrote it
 (``_cdc_commit_lsn``, ``_cdc_lsn``), which makes the MERGE idempotent: an event applies to a row only when it
 is newer than the row, so a replayed batch changes nothing.
+
+A key change is a delete under the old key and a create under the new one, each naming the other key in a
+header (``MOVED_FROM`` on the create, ``MOVED_TO`` on the delete). Before the events apply, the mirror's row
+moves to the new key, just before the change's position (whichever half arrives first moves it), so the create
+updates it and keeps what it did not send: unchanged TOAST values, as PostgreSQL's own subscriber does when it
+updates the row in place. A batch is applied in parts split at any key change that an earlier event of the
+batch on its old or new key precedes, so the row moves as those events left it.
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ EV_LSN: Final = "_lsn"
 OFFSET: Final = "_offset"
 UNCHANGED: Final = "_unchanged_toast"
 KEEP_PREFIX: Final = "_keep_"
+MOVED_FROM: Final = "_moved_from"  # the create of a key change: the old key (a struct of the key columns)
+MOVED_TO: Final = "_moved_to"  # the delete of a key change: the new key
+OLD_PREFIX: Final = "_old_"
+NEW_PREFIX: Final = "_new_"
 
 Position = tuple[int, int]
 
@@ -98,6 +109,87 @@ def merge_sql(table: str, source: str, keys: Sequence[str], schema: TableSchema)
         f"WHEN MATCHED AND s.{OP} = 'd' AND {newer()} THEN DELETE "
         f"WHEN MATCHED AND s.{OP} <> 'd' AND {newer()} THEN UPDATE SET {', '.join(sets)} "
         f"WHEN NOT MATCHED AND s.{OP} <> 'd' THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
+    )
+
+
+def window_sql(view: str, since: Position | None, start: Position | None, end: Position | None) -> str:
+    """SQL: the events of ``view`` after ``since`` (a truncate), from ``start`` (inclusive) and before ``end``."""
+    at = (EV_COMMIT_LSN, EV_LSN)
+    conditions = ["TRUE"]
+    if since is not None:
+        conditions.append(position_after(*at, since))
+    if start is not None:
+        conditions.append(f"NOT {position_after(str(start[0]), str(start[1]), at)}")
+    if end is not None:
+        conditions.append(position_after(str(end[0]), str(end[1]), at))
+    return f"SELECT * FROM {view} WHERE {' AND '.join(conditions)}"
+
+
+def moves_sql(view: str, keys: Sequence[str]) -> str:
+    """SQL: the key changes among the events of ``view``, one row each whichever halves are there: the old key
+    (``_old_<k>``), the new key (``_new_<k>``) and the change's position."""
+
+    def side(prefix: str, struct: str) -> str:
+        return ", ".join(f"{struct}.{quote(k)} AS {quote(prefix + k)}" for k in keys)
+
+    at = f"{EV_COMMIT_LSN}, {EV_LSN}"
+    return (
+        f"SELECT {side(OLD_PREFIX, MOVED_FROM)}, {side(NEW_PREFIX, 'after')}, {at} FROM {view} "
+        f"WHERE {OP} = 'c' AND {MOVED_FROM} IS NOT NULL UNION "
+        f"SELECT {side(OLD_PREFIX, 'before')}, {side(NEW_PREFIX, MOVED_TO)}, {at} FROM {view} "
+        f"WHERE {OP} = 'd' AND {MOVED_TO} IS NOT NULL"
+    )
+
+
+def first_conflict_sql(view: str, moves: str, keys: Sequence[str]) -> str:
+    """SQL: ``first``, the position of the first key change in ``moves`` that an earlier event of ``view`` on
+    its old or new key precedes (null when none does): the events from there on are applied after the others."""
+    earlier = position_after(f"m.{EV_COMMIT_LSN}", f"m.{EV_LSN}", (f"e.{EV_COMMIT_LSN}", f"e.{EV_LSN}"))
+    events = keyed_events_sql(view, keys)
+    parts = []
+    for prefix in (OLD_PREFIX, NEW_PREFIX):  # two equi-joins, not one join on "old or new"
+        on = " AND ".join(f"e.{quote(k)} <=> m.{quote(prefix + k)}" for k in keys)
+        parts.append(f"SELECT m.{EV_COMMIT_LSN}, m.{EV_LSN} FROM {moves} m JOIN ({events}) e ON {on} AND {earlier}")
+    return f"SELECT min(struct({EV_COMMIT_LSN}, {EV_LSN})) AS first FROM ({' UNION ALL '.join(parts)})"
+
+
+def movable_sql(table: str, moves: str, keys: Sequence[str]) -> str:
+    """SQL (a FROM clause): each key change of ``moves`` (``m``) joined with the mirror's row under its old key
+    (``o``) when that row is older than the change: the rows to move."""
+    return f"{moves} m JOIN {table} o ON {_movable(keys)}"
+
+
+def _movable(keys: Sequence[str]) -> str:
+    on_old = " AND ".join(f"o.{quote(k)} <=> m.{quote(OLD_PREFIX + k)}" for k in keys)
+    older = position_after(f"m.{EV_COMMIT_LSN}", f"m.{EV_LSN}", (f"o.{COMMIT_LSN}", f"o.{LSN}"))
+    return f"{on_old} AND {older}"
+
+
+def move_sql(table: str, moves: str, keys: Sequence[str], schema: TableSchema) -> str:
+    """The MERGE that moves the mirror's row of each key change in ``moves`` from the old key to the new one,
+    positioned just before the change (one byte of WAL earlier), when the row is older than the change. (No key
+    is both an old and a new one in ``moves``, nor new twice: :func:`first_conflict_sql` splits such batches.)"""
+    values = [quote(c.name) for c in schema.columns if c.name not in keys]
+    row = ", ".join(f"o.{v}" for v in values)
+    new_key = ", ".join(f"m.{quote(NEW_PREFIX + k)}" for k in keys)
+    old_key = ", ".join(f"o.{quote(k)}" for k in keys)
+    moved = (
+        f"SELECT {new_key}, {row}, 'u' AS _action, m.{EV_COMMIT_LSN}, m.{EV_LSN} - 1 "
+        f"FROM {movable_sql(table, moves, keys)} UNION ALL "
+        f"SELECT {old_key}, {row}, 'd', o.{COMMIT_LSN}, o.{LSN} FROM {table} o LEFT SEMI JOIN {moves} m "
+        f"ON {_movable(keys)}"
+    )
+    names = [quote(k) for k in keys] + values
+    source = f"SELECT * FROM ({moved}) AS x({', '.join([*names, '_action', EV_COMMIT_LSN, EV_LSN])})"
+    on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
+    sets = [f"t.{v} = s.{v}" for v in values] + [f"t.{COMMIT_LSN} = s.{EV_COMMIT_LSN}", f"t.{LSN} = s.{EV_LSN}"]
+    inserted = [f"s.{n}" for n in names] + [f"s.{EV_COMMIT_LSN}", f"s.{EV_LSN}"]
+    return (
+        f"MERGE INTO {table} AS t USING ({source}) AS s ON {on} "
+        f"WHEN MATCHED AND s._action = 'd' THEN DELETE "
+        f"WHEN MATCHED AND s._action = 'u' AND {newer()} THEN UPDATE SET {', '.join(sets)} "
+        f"WHEN NOT MATCHED AND s._action = 'u' THEN INSERT ({', '.join([*names, COMMIT_LSN, LSN])}) "
+        f"VALUES ({', '.join(inserted)})"
     )
 
 

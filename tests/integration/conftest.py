@@ -1,6 +1,9 @@
 """Integration harness: real PostgreSQL servers from deploy/local/stack, cdcd run as a real process.
 
-``CDCD_TEST_PG_VERSIONS`` (default "15") lists the PostgreSQL majors every integration test runs on.
+``CDCD_TEST_PG_VERSIONS`` (default "15") lists the PostgreSQL majors the integration tests run on, and
+``CDCD_TEST_PG_FULL`` (default: all of them) the majors that run the whole suite: on the others only tests
+marked ``every_pg`` (what depends on the server version: protocol, streaming, filters, snapshots, the oracle,
+check) run; the rest of the ``pg``-parametrized tests are deselected there.
 Each test gets a database of its own, so slots and publications never leak between tests.
 """
 
@@ -29,6 +32,25 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 STACK = ROOT / "deploy" / "local" / "stack"
 VERSIONS = os.environ.get("CDCD_TEST_PG_VERSIONS", "15").split()
+FULL_VERSIONS = os.environ.get("CDCD_TEST_PG_FULL", " ".join(VERSIONS)).split()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "every_pg: runs on every major of CDCD_TEST_PG_VERSIONS, not only the full ones")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect ``pg``-parametrized tests on majors outside CDCD_TEST_PG_FULL unless marked every_pg."""
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        version = callspec.params.get("pg") if callspec is not None else None
+        partial = version is not None and str(version) not in FULL_VERSIONS
+        (drop if partial and item.get_closest_marker("every_pg") is None else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @dataclass(frozen=True)
@@ -93,6 +115,17 @@ def run(db: Database, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run
     r = Run(db, kafka_env, tmp_path)
     yield r
     r.close()
+
+
+@pytest.fixture
+def run15(pg15: PgServer, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
+    """Like ``run``, on PostgreSQL 15 only: for the large tests, which would add minutes per major."""
+    from tests.integration.kafka_harness import Run  # noqa: PLC0415 - it imports this module
+
+    with scratch_database(pg15) as database:
+        r = Run(database, kafka_env, tmp_path)
+        yield r
+        r.close()
 
 
 @dataclass

@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ class Event:
     topic: str
     key: dict[str, Any] | None
     value: dict[str, Any] | None  # None: a tombstone
+    # __debezium.oldkey / __debezium.newkey of a key change's create / delete, decoded as keys are
+    moved: dict[str, dict[str, Any]] = field(default_factory=dict)
     partition: int = 0
     offset: int = 0
 
@@ -134,14 +136,22 @@ class Run:
             value_ctx = SerializationContext(topic, MessageField.VALUE)
             key = None if message.key() is None else self._deserialize(message.key(), key_ctx)
             value = None if message.value() is None else self._deserialize(message.value(), value_ctx)
+            headers: list[tuple[str, bytes]] = message.headers() or []  # type: ignore[assignment]
+            moved = {name: self._deserialize(raw, key_ctx) for name, raw in headers if raw}
             partition, offset = message.partition() or 0, message.offset() or 0
-            self.events.append(Event(topic, key, value, partition, offset))
+            self.events.append(Event(topic, key, value, moved, partition, offset))
             self.positions[topic, partition] = offset + 1
         return self.events
 
     def sync(self, timeout: float = 90) -> list[Event]:
         """Everything cdcd will publish for what was committed so far: emit a message, wait until cdcd confirmed
         its LSN (so Kafka acknowledged every event before it), then consume to the end of every topic."""
+        self.wait_confirmed(timeout)
+        ends = self._high_watermarks()
+        return self.consume_until(lambda _: all(self.positions.get(tp, 0) >= end for tp, end in ends.items()))
+
+    def wait_confirmed(self, timeout: float = 90) -> None:
+        """Until cdcd confirmed the position of a message emitted now: Kafka has everything committed before."""
         lsn = self.db.execute("SELECT pg_logical_emit_message(true, 'test', 'sync')")[0][0]
         deadline = time.monotonic() + timeout
         query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
@@ -149,8 +159,6 @@ class Run:
             self._check_alive()
             assert time.monotonic() < deadline, f"cdcd never confirmed {lsn}:\n{self.log.read_text()[-3000:]}"
             time.sleep(0.1)
-        ends = self._high_watermarks()
-        return self.consume_until(lambda _: all(self.positions.get(tp, 0) >= end for tp, end in ends.items()))
 
     def _high_watermarks(self) -> dict[tuple[str, int], int]:
         metadata = self.consumer.list_topics(timeout=10)

@@ -219,7 +219,8 @@ def test_go_reader_agrees_with_postgres_and_python(run15: Run, avroread: Path) -
     run15.start()
     counts = workload(db)
     events = run15.sync()
-    result = read_topics(avroread, run15.env, "-regex", re.escape(prefix) + r"\..*")
+    moved = ("-avro-header", "__debezium.oldkey", "-avro-header", "__debezium.newkey")
+    result = read_topics(avroread, run15.env, *moved, "-regex", re.escape(prefix) + r"\..*")
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
 
@@ -231,7 +232,8 @@ def test_go_reader_agrees_with_postgres_and_python(run15: Run, avroread: Path) -
         where = f"{line['topic']}@{line['offset']}"
         assert_same(f"{where} key", line["key"], avro_json(event.key))
         assert_same(f"{where} value", line["value"], avro_json(event.value))
-        assert line["headers"] == []
+        assert_same(f"{where} headers", {h["key"]: h["value"] for h in line["headers"]}, avro_json(event.moved))
+    assert {h["key"] for line in lines for h in line["headers"]} == {"__debezium.oldkey", "__debezium.newkey"}
     topics = {line["topic"] for line in lines}
     assert topics == {
         f"{prefix}.{t}" for t in ("public.typed", "public.pairs", "public.nokey", "transaction", "message")

@@ -163,3 +163,62 @@ def test_check_covers_kafka_and_the_registry(db: Database, tmp_path: Path) -> No
     assert "2 problem(s)" in result.stderr
     assert "cannot reach Kafka at 127.0.0.1:1" in result.stderr
     assert "schema registry at http://127.0.0.1:2 does not answer" in result.stderr
+
+
+def test_check_with_the_documented_least_privilege_role(db: Database, tmp_path: Path) -> None:
+    """docs/operations.md's role (REPLICATION, USAGE on the schema, SELECT on the captured tables): `cdcd check`
+    passes whatever plan the catalog queries get (catalog statistics, join methods); a privilege it lacks or a
+    catalog it may not read is a named problem, never a traceback."""
+    role = f"r_{db.name}"
+    db.execute("CREATE TABLE orders (id int PRIMARY KEY, big text); CREATE TABLE customers (id int PRIMARY KEY)")
+    db.execute("CREATE TABLE secret (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE orders, customers")
+    db.execute(f"CREATE ROLE {role} LOGIN REPLICATION PASSWORD 'pw'; GRANT CONNECT ON DATABASE {db.name} TO {role}")
+    db.execute(f"GRANT USAGE ON SCHEMA public TO {role}; GRANT SELECT ON orders, customers TO {role}")
+    source = {"slot": f"s_{db.name}", "publications": [{"name": "p"}]}
+    try:
+        plans = {
+            "default plan": "",
+            "no hash joins": "-c enable_hashjoin=off",
+            "join order as written": "-c join_collapse_limit=1 -c from_collapse_limit=1",
+        }
+        for plan, options in plans.items():
+            for analyzed in (False, True):
+                if analyzed:
+                    db.execute("ANALYZE pg_class, pg_namespace, pg_publication, pg_publication_rel, pg_attribute")
+                dsn = db.dsn(options) + f" user={role} password=pw"
+                result = run_cdcd("check", config={"source": {**source, "dsn": dsn}}, tmp_path=tmp_path)
+                assert result.returncode == 0, f"{plan}, analyzed={analyzed}:\n{result.stderr}"
+        db.execute("ALTER PUBLICATION p ADD TABLE secret")
+        db.execute("REVOKE SELECT ON pg_catalog.pg_replication_slots FROM PUBLIC")  # this database's catalog only
+        dsn = db.dsn("-c enable_hashjoin=off") + f" user={role} password=pw"
+        result = run_cdcd("check", config={"source": {**source, "dsn": dsn}}, tmp_path=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        assert "no SELECT privilege on published table public.secret" in result.stderr
+        assert "cannot check the replication slot: permission denied for view pg_replication_slots" in result.stderr
+    finally:
+        db.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
+
+
+@pytest.mark.every_pg
+def test_check_reports_whether_the_slot_survives_a_failover(
+    db: Database, tmp_path: Path, tail_factory: Callable[..., Tail]
+) -> None:
+    db.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t")
+    slot = f"s_{db.name}"
+    db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])  # never a failover slot
+    config = {"source": {"dsn": db.dsn(), "slot": slot, "publications": [{"name": "p"}]}}
+    result = run_cdcd("check", config=config, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    version = db.server.version
+    if version < 17:
+        assert f"failover slots are not available before PostgreSQL 17 (server {version})" in result.stderr
+        explicit = run_cdcd("check", config={"source": {**config["source"], "failover": True}}, tmp_path=tmp_path)
+        assert explicit.returncode == 2
+        assert "source.failover is true but the server is PostgreSQL" in explicit.stderr
+    else:
+        assert f"warning: slot '{slot}' was created without failover" in result.stderr
+        assert "warning: synchronized_standby_slots is empty" in result.stderr  # the shared server has no standby
+        tail = tail_factory(slot=slot, publication="p").start()  # cdcd makes the existing slot a failover slot
+        tail.wait_streaming()
+        assert db.execute("SELECT failover FROM pg_replication_slots WHERE slot_name = %s", [slot]) == [(True,)]

@@ -26,13 +26,15 @@ from tests.integration.conftest import STACK, Database, PgServer, stack_env
 from tests.integration.kafka_harness import Run
 from tests.integration.test_filters import mirror
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.every_pg]  # version-sensitive: on every major
 
 TABLES = """
 CREATE TABLE t1 (a int, b int, c text, PRIMARY KEY (a, c));
 CREATE TABLE t2 (d int PRIMARY KEY, e int, f text);
 ALTER TABLE t2 REPLICA IDENTITY FULL;
 CREATE TABLE t3 (g int PRIMARY KEY, h int, i text);
+CREATE TABLE t4 (id int PRIMARY KEY, n int, big text);
+ALTER TABLE t4 ALTER COLUMN big SET STORAGE EXTERNAL;
 """
 # Every rule at once: a filter per table, ORed filters (t2), a redundant filter (t3 in p5 without one for
 # deletes), an insert-only publication filtering on a non-identity column (h), NULLs, LIKE, arithmetic.
@@ -46,9 +48,10 @@ PUBLICATIONS: list[dict[str, Any]] = [
                               {"name": "public.t3", "where": "g BETWEEN 10 AND 20"}]},
     {"name": "p4", "tables": [{"name": "public.t3", "where": "h IS NOT NULL AND h < 100"}], "publish": ["insert"]},
     {"name": "p5", "tables": [{"name": "public.t3"}], "publish": ["delete"]},
+    {"name": "p6", "tables": [{"name": "public.t4"}]},
 ]  # fmt: skip
-COLUMNS = {"t1": ("a", "b", "c"), "t2": ("d", "e", "f"), "t3": ("g", "h", "i")}
-KEYS = {"t1": ("a", "c"), "t2": ("d",), "t3": ("g",)}
+COLUMNS = {"t1": ("a", "b", "c"), "t2": ("d", "e", "f"), "t3": ("g", "h", "i"), "t4": ("id", "n", "big")}
+KEYS = {"t1": ("a", "c"), "t2": ("d",), "t3": ("g",), "t4": ("id",)}
 
 
 def create_publication_sql(publication: Any) -> str:
@@ -137,6 +140,9 @@ insert = st.one_of(
               small, maybe, label),
     st.builds(lambda g, h, i: ("INSERT INTO t3 VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", [g, h, i]),
               small, maybe, label),
+    # big is stored out of line (3,000+ bytes, EXTERNAL): updates that leave it alone send it as unchanged TOAST
+    st.builds(lambda k, n, i: ("INSERT INTO t4 VALUES (%s, %s, repeat(%s, 1000)) ON CONFLICT DO NOTHING",
+                               [k, n, f"{i}:{k}|"]), small, maybe, st.sampled_from("abc")),
 )  # fmt: skip
 update = st.one_of(
     # moves rows in and out of t1's filter, and changes its key
@@ -146,11 +152,17 @@ update = st.one_of(
     st.builds(lambda a, b: ("UPDATE t1 SET b = %s WHERE a = %s", [b, a]), small, maybe),
     st.builds(lambda d, e, f: ("UPDATE t2 SET e = %s, f = %s WHERE d = %s", [e, f, d]), small, maybe, label),
     st.builds(lambda g, h: ("UPDATE t3 SET h = %s WHERE g = %s", [h, g]), small, maybe),
+    # key changes and updates of t4 that leave its TOASTed column alone
+    st.builds(lambda k, nk: ("UPDATE t4 SET id = %s WHERE id = %s AND NOT EXISTS (SELECT 1 FROM t4 x WHERE x.id = %s)",
+                             [nk, k, nk]), small, small),
+    st.builds(lambda k, n: ("UPDATE t4 SET n = %s WHERE id = %s", [n, k]), small, maybe),
+    st.builds(lambda k: ("UPDATE t4 SET big = repeat('u', 3000) WHERE id = %s", [k]), small),
 )  # fmt: skip
 delete = st.one_of(
     st.builds(lambda a: ("DELETE FROM t1 WHERE a = %s", [a]), small),
     st.builds(lambda d: ("DELETE FROM t2 WHERE d = %s", [d]), small),
     st.builds(lambda g: ("DELETE FROM t3 WHERE g = %s", [g]), small),
+    st.builds(lambda k: ("DELETE FROM t4 WHERE id = %s", [k]), small),
 )
 # many rows at once (%% is a literal % with parameters), and updates that move many rows across the filters' boundaries
 bulk = st.one_of(
@@ -169,9 +181,11 @@ bulk = st.one_of(
                          " WHERE d %% %s = 0", [k]), st.integers(1, 4)),
     st.builds(lambda k: ("UPDATE t3 SET h = NULLIF((coalesce(h, 0) + 60) %% 130, 0) WHERE g %% %s = 0", [k]),
               st.integers(1, 4)),
+    st.builds(lambda k: ("UPDATE t4 SET id = -id, n = coalesce(n, 0) + 1 WHERE id %% %s = 0 AND NOT EXISTS"
+                         " (SELECT 1 FROM t4 x WHERE x.id = -t4.id)", [k]), st.integers(1, 4)),
 )  # fmt: skip
 truncate: st.SearchStrategy[tuple[str, list[Any]]] = st.sampled_from(
-    [("TRUNCATE t1", []), ("TRUNCATE t2", []), ("TRUNCATE t3", [])]
+    [("TRUNCATE t1", []), ("TRUNCATE t2", []), ("TRUNCATE t3", []), ("TRUNCATE t4", [])]
 )
 statement = st.one_of(*[insert] * 6, *[update] * 4, *[bulk] * 3, delete, delete, truncate)  # some truncates
 

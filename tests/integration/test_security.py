@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ import psycopg
 import pytest
 import yaml
 
-from cdcd.logging import redact, register_secret
+from cdcd.secrets import redact, register_secret
 from tests.integration.conftest import Database, PgServer, scratch_database
 from tests.integration.workload import SCHEMA
 
@@ -76,24 +78,27 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def cdcd(command: str, config: dict[str, Any], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def cdcd(
+    command: str, config: dict[str, Any], tmp_path: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
     path = tmp_path / f"{uuid.uuid4().hex[:6]}.yaml"
     path.write_text(yaml.safe_dump(config))
-    return subprocess.run([sys.executable, "-m", "cdcd", command, "--config", str(path)], capture_output=True,
-                          text=True, env=_env(**env), timeout=90, check=False)  # fmt: skip
+    argv = [sys.executable, "-m", "cdcd", command, "--config", str(path), *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=_env(**env), timeout=90, check=False)
 
 
 class Daemon:
     """`cdcd run` in the background, its stdout and stderr captured."""
 
-    def __init__(self, db: Database, config: dict[str, Any], tmp_path: Path) -> None:
+    def __init__(self, db: Database, config: dict[str, Any], tmp_path: Path, command: str = "run") -> None:
         self.db, self.slot = db, config["source"]["slot"]
+        tmp_path.mkdir(parents=True, exist_ok=True)
         path = tmp_path / "run.yaml"
         path.write_text(yaml.safe_dump(config))
         self.stdout, self.stderr = tmp_path / "run.stdout", tmp_path / "run.stderr"
         with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stdout=out,
-                                         stderr=err, env=_env())  # fmt: skip
+            argv = [sys.executable, "-m", "cdcd", command, "--config", str(path)]
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=err, env=_env())
 
     def output(self) -> str:
         return self.stdout.read_text() + self.stderr.read_text()
@@ -180,7 +185,7 @@ def test_password_never_printed(db15: Database, role: Role, tmp_path: Path) -> N
         "bad DSN, URI": f"postgresql://{role.name}:{role.password}@127.0.0.1:5415/{db15.name} x",
         "bad DSN, unknown option": f"{good} sslmod=require",
     }.items():
-        out = check(case, 1, _config(db15, tmp_path, dsn=dsn))
+        out = check(case, 2, _config(db15, tmp_path, dsn=dsn))
         assert "not a valid connection string" in out
     # Config errors: pydantic may quote an input; a password put under the wrong key must not be echoed.
     check("config error, password as the slot", 2, _config(db15, tmp_path, dsn=good, slot=role.password.upper()))
@@ -197,7 +202,7 @@ def test_password_never_printed(db15: Database, role: Role, tmp_path: Path) -> N
     assert "password authentication failed" in printed["run, wrong password"]
     failed = cdcd("run", _config(db15, tmp_path, dsn=f"host=127.0.0.1 password{role.password}"), tmp_path)
     printed["run, bad DSN"] = failed.stdout + failed.stderr
-    assert failed.returncode == 1
+    assert failed.returncode == 2
     assert "not a valid connection string" in printed["run, bad DSN"]
 
     assert '"level": "debug"' in printed["run, password in the DSN"], "debug lines were not logged"
@@ -209,6 +214,154 @@ def test_redact_masks_conninfo_urls_and_registered_secrets() -> None:
     register_secret("hunter2-registered")
     text = "password=abc host=x, password='a b\\' c' sasl.password: p4ss url=https://u:pw@h/x hunter2-registered"
     assert redact(text) == "password=*** host=x, password=*** sasl.password: *** url=https://u:***@h/x ***"
+
+
+# -- every secret, every service state, every command ---------------------------------------------------------
+
+
+class _Refusing(http.server.BaseHTTPRequestHandler):
+    """A schema registry that refuses every credential (Apicurio in the stack runs without authentication)."""
+
+    def do_GET(self) -> None:
+        self._refuse()
+
+    def do_POST(self) -> None:
+        self._refuse()
+
+    def _refuse(self) -> None:
+        body = b'{"error_code": 401, "message": "Unauthorized"}'
+        self.send_response(401)
+        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def refusing_registry() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@dataclass
+class Case:
+    service: str  # whose credential the secret is: postgresql, kafka or registry
+    where: str  # where the config holds it
+    secret: str
+    state: str  # the service is "answering", "refusing" the credential or "unreachable"
+    config: dict[str, Any]
+
+
+def _secret(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:12]}"
+
+
+def _secret_cases(db: Database, role: Role, env: dict[str, str], registry_401: str, tmp_path: Path) -> list[Case]:
+    """A config per (secret, state of the service it opens): the PostgreSQL password, the Kafka SASL password,
+    registry basic auth in the URL and in schema_registry.client."""
+    registry = env["CDCD_SCHEMA_REGISTRY__URL"].split("//", 1)[1]  # host:port/apis/ccompat/v7
+    sasl_ssl = env["STACK_KAFKA_SASL_SSL"]
+
+    def config(dsn: str, kafka: dict[str, Any] | None = None, reg: dict[str, Any] | None = None) -> dict[str, Any]:
+        made = _config(db, tmp_path, dsn=dsn, slot=f"s_{uuid.uuid4().hex[:10]}")
+        made["sink"] = {"kind": "kafka", "flush_timeout_s": 3}
+        made["kafka"] = {"bootstrap_servers": env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], "topic_prefix": f"sec_{db.name}",
+                         **(kafka or {})}  # fmt: skip
+        made["schema_registry"] = {"url": f"http://{registry}", **(reg or {})}
+        return made
+
+    def sasl(servers: str, password: str) -> dict[str, Any]:
+        return {"bootstrap_servers": servers, "producer": {
+            "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": env["STACK_KAFKA_SASL_USER"],
+            "sasl.password": password, "ssl.ca.location": env["STACK_KAFKA_CA"]}}  # fmt: skip
+
+    good = _dsn(db, role.name, role.password)
+    pg_wrong, pg_unreachable = _secret("pg-wrong"), _secret("pg-away")
+    kafka_wrong, kafka_unreachable = _secret("kafka-wrong"), _secret("kafka-away")
+    stack_password = env["STACK_KAFKA_SASL_PASSWORD"]
+    unreachable = f"host=127.0.0.1 port=1 user=x password={pg_unreachable}"
+    cases = [
+        Case("postgresql", "dsn", role.password, "answering", config(good)),
+        Case("postgresql", "dsn", pg_wrong, "refusing", config(_dsn(db, role.name, pg_wrong))),
+        Case("postgresql", "dsn", pg_unreachable, "unreachable", config(unreachable)),
+        Case("kafka", "sasl", stack_password, "answering", config(good, sasl(sasl_ssl, stack_password))),
+        Case("kafka", "sasl", kafka_wrong, "refusing", config(good, sasl(sasl_ssl, kafka_wrong))),
+        Case("kafka", "sasl", kafka_unreachable, "unreachable", config(good, sasl("127.0.0.1:1", kafka_unreachable))),
+    ]
+    for where in ("url", "client"):
+        for state, host in (("answering", registry), ("refusing", f"{registry_401}/apis/ccompat/v7"),
+                            ("unreachable", "127.0.0.1:2/apis/ccompat/v7")):  # fmt: skip
+            secret = _secret(f"reg-{where}-{state}")
+            reg = (
+                {"url": f"http://cdcd:{secret}@{host}"}
+                if where == "url"
+                else {"url": f"http://{host}", "client": {"basic.auth.user.info": f"cdcd:{secret}"}}
+            )
+            cases.append(Case("registry", where, secret, state, config(good, reg=reg)))
+    return cases
+
+
+def _run_briefly(db: Database, command: str, config: dict[str, Any], tmp_path: Path) -> tuple[int, bool, str]:
+    """`cdcd run` or `tail` with one row committed while it runs: it streams it, or fails on the service it
+    cannot use. Stopped with SIGTERM once the row is confirmed, or after 15 s (and killed if it does not stop).
+    Returns (exit code, confirmed, output)."""
+    with Daemon(db, config, tmp_path, command) as daemon:
+        deadline = time.monotonic() + 15
+        while daemon.proc.poll() is None and time.monotonic() < deadline:
+            if db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", [daemon.slot]):
+                break
+            time.sleep(0.1)
+        db.execute("INSERT INTO items SELECT coalesce(max(id), 0) + 1, 'x', 1 FROM items")
+        lsn = db.execute("SELECT pg_current_wal_lsn()")[0][0]
+        query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
+        confirmed = False
+        while daemon.proc.poll() is None and time.monotonic() < deadline and not confirmed:
+            time.sleep(0.2)
+            confirmed = db.execute(query, [lsn, daemon.slot]) == [(True,)]
+        if daemon.proc.poll() is None:
+            daemon.proc.send_signal(signal.SIGTERM)
+            try:
+                daemon.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:  # waiting for an unreachable Kafka (creating a topic) for up to 60 s
+                daemon.proc.kill()
+        return daemon.proc.wait(), confirmed, daemon.output()
+
+
+def test_no_secret_in_any_output(
+    db15: Database, role: Role, kafka_env: dict[str, str], refusing_registry: str, tmp_path: Path
+) -> None:
+    """check, run, tail and snapshot, each with every secret and its service answering, refusing the credentials
+    and unreachable: the secret appears in nothing they print."""
+    cases = _secret_cases(db15, role, kafka_env, refusing_registry, tmp_path)
+    printed: dict[str, str] = {}
+    for i, case in enumerate(cases):
+        name = f"{case.service} ({case.where}) {case.state}"
+        result = cdcd("check", case.config, tmp_path)
+        printed[f"check, {name}"] = out = result.stdout + result.stderr
+        assert result.returncode == (0 if case.state == "answering" else 1), f"check, {name}:\n{out}"
+        code, confirmed, printed[f"run, {name}"] = _run_briefly(db15, "run", case.config, tmp_path / f"run{i}")
+        if case.state == "answering":
+            assert code == 0, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
+            assert confirmed, f"run, {name}: the row was not delivered\n{printed[f'run, {name}']}"
+        elif case.state == "refusing":
+            assert code == 1, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
+        source_ok = case.service != "postgresql" or case.state == "answering"
+        if case.service in ("postgresql", "kafka"):  # tail and snapshot read the source only: one registry case
+            source = {**case.config["source"], "slot": f"t_{uuid.uuid4().hex[:10]}", "temporary_slot": True}
+            tail = {**case.config, "source": source}
+            code, confirmed, printed[f"tail, {name}"] = _run_briefly(db15, "tail", tail, tmp_path / f"tail{i}")
+            assert confirmed == source_ok, f"tail, {name}\n{printed[f'tail, {name}']}"
+        snapshot = cdcd("snapshot", case.config, tmp_path, "--table", "public.items")
+        printed[f"snapshot, {name}"] = out = snapshot.stdout + snapshot.stderr
+        assert (snapshot.returncode == 0) == source_ok, f"snapshot, {name}:\n{out}"
+    leaks = [name for name, text in printed.items() if any(case.secret in text for case in cases)]
+    assert not leaks, "secrets printed:\n" + "\n\n".join(f"{name}:\n{printed[name]}" for name in leaks)
 
 
 # -- TLS ----------------------------------------------------------------------------------------------------

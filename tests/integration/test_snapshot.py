@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,10 @@ import pytest
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from tests.integration.conftest import Database, PgServer, Tail, scratch_database
+from tests.integration.conftest import Database, Tail
 from tests.integration.kafka_harness import Event, Run
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.every_pg]  # version-sensitive: on every major
 
 BIG = """
 CREATE TABLE big (id int PRIMARY KEY, v int NOT NULL, s text, doc text);
@@ -34,15 +34,6 @@ INSERT INTO big SELECT g, g % 97, CASE WHEN g % 10 = 0 THEN NULL ELSE 's' || g E
        CASE WHEN g % 500 = 0 THEN repeat(md5(g::text), 100) END
   FROM generate_series(1, ROWS) g;
 """  # doc: every 500th row has a 3.2 kB value stored out of line (TOAST), unchanged by the workload's updates
-
-
-@pytest.fixture
-def run15(pg15: PgServer, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
-    """Like ``run``, on PostgreSQL 15 only: for the large tests, which would add minutes per major."""
-    with scratch_database(pg15) as database:
-        r = Run(database, kafka_env, tmp_path)
-        yield r
-        r.close()
 
 
 def rebuild(events: list[Event], topic: str) -> dict[Any, dict[str, Any]]:

@@ -5,6 +5,7 @@ across runs of the job that resume from its checkpoint, one of them killed mid-s
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
@@ -12,13 +13,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
-from cdcd.spark.job import Options, session, start
+from cdcd.spark.job import BatchWriter, Options, session, start
 from tests.integration.conftest import STACK, Database, PgServer
 from tests.integration.kafka_harness import Run, scratch_run
 
@@ -75,6 +77,7 @@ def first_part(db: Database) -> None:
         conn.execute("UPDATE audit SET id = id + 1000 WHERE id BETWEEN 1 AND 3")  # FULL: one update, old row whole
         conn.execute("DELETE FROM shop.items WHERE id BETWEEN 280 AND 290")
         conn.execute("UPDATE shop.items SET id = id + 1000 WHERE id BETWEEN 270 AND 275")  # key changes
+        conn.execute("UPDATE shop.items SET id = id + 5000 WHERE id BETWEEN 16 AND 18")  # key changes, big kept
         # One transaction large enough to be streamed (64kB work mem), savepoints rolled back in it.
         conn.execute("BEGIN")
         conn.execute("INSERT INTO shop.items (id, v) SELECT g, 'streamed' FROM generate_series(2000, 3500) g")
@@ -166,8 +169,10 @@ def mirror_rows(spark: SparkSession, path: Path, keys: tuple[str, ...]) -> tuple
     return names, [tuple(mirror_value(row[c], c, timestamptz) for c in names) for row in rows]
 
 
-def assert_mirrors_equal(spark: SparkSession, db: Database, root: Path) -> None:
-    for table, keys in TABLES.items():
+def assert_mirrors_equal(
+    spark: SparkSession, db: Database, root: Path, tables: dict[str, tuple[str, ...]] = TABLES
+) -> None:
+    for table, keys in tables.items():
         schema, name = table.split(".")
         expected = source_rows(db, table, keys)
         actual = mirror_rows(spark, root / schema / name, keys)
@@ -227,8 +232,8 @@ def test_mirror_equals_source_across_restarts(spark: SparkSession, run15: Run, t
     events = spark.read.format("delta").load(str(tmp_path / "changelog" / "shop" / "items"))
     assert events.count() == events.select("_partition", "_offset").distinct().count()
     ops = {r["_op"]: r["count"] for r in events.groupBy("_op").count().collect()}
-    assert ops["c"] == 300 + 6 + 1501 + 1  # inserts, key changes, the streamed transaction, the last row
-    assert ops["d"] == 11 + 6 + 101 + 101
+    assert ops["c"] == 300 + 6 + 3 + 1501 + 1  # inserts, key changes, the streamed transaction, the last row
+    assert ops["d"] == 11 + 6 + 3 + 101 + 101
     pairs = spark.read.format("delta").load(str(tmp_path / "changelog" / "public" / "pairs"))
     assert pairs.where("_op = 't'").count() == 1
 
@@ -238,3 +243,89 @@ def test_mirror_equals_source_across_restarts(spark: SparkSession, run15: Run, t
     run_available_now(spark, opts)
     assert_mirrors_equal(spark, db, tmp_path / "mirror")
     assert spark.read.format("delta").load(str(tmp_path / "mirror" / "public" / "audit")).count() == 0
+
+
+def kafka_records(
+    spark: SparkSession, r: Run, topic: str, ranges: dict[int, tuple[int, int]] | None = None
+) -> DataFrame:
+    """The records of ``topic`` in the offset ranges [start, end) per partition (default: all), as the streaming
+    query reads them (batch mode, explicit offsets)."""
+    starts, ends = "earliest", "latest"
+    if ranges is not None:
+        starts = json.dumps({topic: {str(p): start for p, (start, _) in ranges.items()}})
+        ends = json.dumps({topic: {str(p): end for p, (_, end) in ranges.items()}})
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", r.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"])
+        .option("subscribe", topic)
+        .option("startingOffsets", starts)
+        .option("endingOffsets", ends)
+        .option("includeHeaders", "true")
+        .load()
+        .select("topic", "partition", "offset", "key", "value", "headers")
+    )
+
+
+def test_key_changes_keep_unchanged_toast_across_batches_and_partitions(
+    spark: SparkSession, run15: Run, tmp_path: Path
+) -> None:
+    """A key change whose TOASTed column is unchanged is a delete (plus tombstone) and a create without that
+    value: the mirror moves the row to the new key and keeps it, as PostgreSQL's subscriber does, whether both
+    halves come in one micro-batch or the delete or the create first (another batch, another partition), and
+    through chains, reused keys and rows updated just before their key changes (one batch split in parts)."""
+    db = run15.db
+    run15.start(partitions=2)
+    topic = f"{run15.prefix}.shop.items"
+    db.execute("INSERT INTO shop.items (id, v, n, big) SELECT g, 'v' || g, g, repeat(md5(g::text), 200)"
+               " FROM generate_series(1, 40) g")  # fmt: skip
+    run15.sync()
+    inserted = offsets(spark, run15, topic)
+    db.execute("UPDATE shop.items SET id = id + 100 WHERE id <= 10")  # big: unchanged TOAST
+    run15.sync()
+    moved, moved_rows = offsets(spark, run15, topic), source_rows(db, "shop.items", ("id",))
+    with db.connect() as conn:
+        with conn.transaction():  # a chain: 11 -> 211 -> 311
+            conn.execute("UPDATE shop.items SET id = 211 WHERE id = 11")
+            conn.execute("UPDATE shop.items SET id = 311 WHERE id = 211")
+        with conn.transaction():  # updated, then moved, then updated under the new key
+            conn.execute("UPDATE shop.items SET v = 'before the move' WHERE id BETWEEN 21 AND 25")
+            conn.execute("UPDATE shop.items SET id = id + 400 WHERE id BETWEEN 21 AND 25")
+            conn.execute("UPDATE shop.items SET n = -1 WHERE id BETWEEN 421 AND 423")
+        conn.execute("DELETE FROM shop.items WHERE id = 30")
+        conn.execute("UPDATE shop.items SET id = 30 WHERE id = 31")  # onto a key deleted just before
+        conn.execute("INSERT INTO shop.items (id, v) VALUES (31, 'reborn')")  # the old key used again
+    run15.sync()
+    ends = offsets(spark, run15, topic)
+
+    halves: dict[bytes, dict[str, tuple[int, int]]] = {}  # the key changes of the first phase: old key -> halves
+    for record in kafka_records(spark, run15, topic, {p: (inserted[p], moved[p]) for p in moved}).collect():
+        for name, value in record["headers"] or []:
+            half, old = ("d", bytes(record["key"])) if name == "__debezium.newkey" else ("c", bytes(value))
+            halves.setdefault(old, {})[half] = (record["partition"], record["offset"])
+    assert len(halves) == 10, "each key change has its two halves"
+    apart = next((h for h in halves.values() if h["d"][0] != h["c"][0]), None)
+    assert apart is not None, "no key change of the ten has its halves in different partitions"
+
+    def replay(plan: str, cuts: list[dict[int, int]]) -> Path:
+        """Feed the topic to a new mirror in micro-batches ending at ``cuts`` (offsets per partition)."""
+        root = tmp_path / plan
+        writer = BatchWriter(spark, replace(options(run15, root), changelog=None))
+        start = {p: 0 for p in ends}
+        for batch_id, cut in enumerate(cuts):
+            writer.write_batch(kafka_records(spark, run15, topic, {p: (start[p], cut[p]) for p in ends}), batch_id)
+            start = cut
+        return root / "mirror" / "shop" / "items"
+
+    for plan, first_half in (("delete_first", apart["d"]), ("create_first", apart["c"])):
+        second = apart["c"] if first_half == apart["d"] else apart["d"]
+        mirror = replay(plan, [inserted, {**moved, second[0]: second[1]}, moved])
+        assert mirror_rows(spark, mirror, ("id",)) == moved_rows, plan
+    mirror = replay("one_batch", [inserted, ends])
+    assert mirror_rows(spark, mirror, ("id",)) == source_rows(db, "shop.items", ("id",))
+
+
+def offsets(spark: SparkSession, r: Run, topic: str) -> dict[int, int]:
+    """The end offset of each partition of ``topic``."""
+    rows = kafka_records(spark, r, topic).groupBy("partition").agg({"offset": "max"}).collect()
+    found = {row["partition"]: row["max(offset)"] + 1 for row in rows}
+    return {p: found.get(p, 0) for p in range(2)}

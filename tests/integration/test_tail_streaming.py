@@ -19,7 +19,7 @@ from tests.integration.workload import (
     normalize,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.every_pg]  # version-sensitive: on every major
 
 
 def expected_count(model: Model) -> int:

@@ -39,13 +39,16 @@ def test_env_only(monkeypatch: pytest.MonkeyPatch) -> None:
     ("text", "fragments"),
     [
         ("source: {}\n", ["source.dsn", "Field required"]),
-        ("source: {dsn: x, slot: Bad-Name}\n", ["source.slot", "lower-case"]),
-        ("source: {dsn: x, slott: a}\n", ["source.slott", "Extra inputs"]),
-        ("source: {dsn: x, protocol_version: 7}\n", ["protocol_version"]),
-        ("source: {dsn: x, publications: [{name: p, tables: [{name: nodot}]}]}\n", ["schema.table"]),
-        ("source: {dsn: x, publications: [{name: p, all_tables: true, tables: [{name: a.b}]}]}\n", ["exclusive"]),
-        ("source: {dsn: x, publications: [{name: p}, {name: p}]}\n", ["duplicate publication"]),
-        ("source: {dsn: x}\nbuffer: {memory_limit: lots}\n", ["buffer.memory_limit", "not a size"]),
+        ("source: {dsn: 'host=x', slot: Bad-Name}\n", ["source.slot", "lower-case"]),
+        ("source: {dsn: 'host=x', slott: a}\n", ["source.slott", "Extra inputs"]),
+        ("source: {dsn: 'host=x', protocol_version: 7}\n", ["protocol_version"]),
+        ("source: {dsn: 'host=x', publications: [{name: p, tables: [{name: nodot}]}]}\n", ["schema.table"]),
+        (
+            "source: {dsn: 'host=x', publications: [{name: p, all_tables: true, tables: [{name: a.b}]}]}\n",
+            ["exclusive"],
+        ),
+        ("source: {dsn: 'host=x', publications: [{name: p}, {name: p}]}\n", ["duplicate publication"]),
+        ("source: {dsn: 'host=x'}\nbuffer: {memory_limit: lots}\n", ["buffer.memory_limit", "not a size"]),
         ("- just\n- a list\n", ["mapping at the top level"]),
         ("source: [unclosed\n", ["not valid YAML"]),
     ],
@@ -59,14 +62,14 @@ def test_bad_config_is_named(tmp_path: Path, text: str, fragments: list[str]) ->
 
 def test_several_problems_reported_together(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        load_settings(write(tmp_path, "source: {dsn: x, slot: BAD, streaming: maybe}\n"))
+        load_settings(write(tmp_path, "source: {dsn: 'host=x', slot: BAD, streaming: maybe}\n"))
     assert "2 problems" in str(info.value)
     assert "source.slot" in str(info.value)
     assert "source.streaming" in str(info.value)
 
 
 def test_cli_exits_2_on_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", "--config", str(write(tmp_path, "source: {dsn: x, nope: 1}\n"))]) == 2
+    assert main(["check", "--config", str(write(tmp_path, "source: {dsn: 'host=x', nope: 1}\n"))]) == 2
     assert "source.nope" in capsys.readouterr().err
     assert main(["tail", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read config file" in capsys.readouterr().err
@@ -78,7 +81,7 @@ def test_parse_size(text: object, value: int) -> None:
 
 
 def test_kafka_connection_settings_reach_every_client_and_secrets_are_masked(tmp_path: Path) -> None:
-    from cdcd.logging import redact  # noqa: PLC0415
+    from cdcd.secrets import redact  # noqa: PLC0415
 
     path = tmp_path / "c.yaml"
     path.write_text(

@@ -12,6 +12,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdcd.metrics import Metrics, State
+from cdcd.snapshot.meter import SnapshotMeters
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "cdcd-dashboard.json"
 
@@ -33,7 +34,10 @@ class _Sink:
 
 def exposed_names() -> set[str]:
     """Sample names cdcd's metrics endpoint serves, with every labelled family populated."""
-    state = State(slot_retained_wal_bytes=1, transactions={("plain", "commit"): 1}, filtered={"public.items": 1})
+    meters = SnapshotMeters()
+    meters.start("public.items", "initial", "a1", estimated=10, rows=0, now=0.0)
+    state = State(slot_retained_wal_bytes=1, transactions={("plain", "commit"): 1}, filtered={"public.items": 1},
+                  snapshot_meters=meters)  # fmt: skip
     metrics = Metrics(state, _Sink(), health_timeout_s=5)
     metrics.observe_done(0)
     text = generate_latest(metrics.registry).decode()
@@ -78,11 +82,12 @@ def test_dashboard_queries_use_only_exposed_metrics() -> None:
             assert 'job="$job", instance=~"$instance"' in target["expr"], target["expr"]
             used |= names
     # the brief's panels: throughput, filtered, transactions, lags, slot WAL, latency, buffers, in flight,
-    # delivery errors, connected state
+    # delivery errors, connected state, snapshot progress
     assert {"cdcd_events_total", "cdcd_filtered_events_total", "cdcd_transactions_total",
             "cdcd_replication_lag_bytes", "cdcd_replication_lag_seconds", "cdcd_slot_retained_wal_bytes",
             "cdcd_commit_to_ack_seconds_bucket", "cdcd_buffer_bytes", "cdcd_in_flight_messages",
-            "cdcd_delivery_errors_total", "cdcd_connected"} <= used  # fmt: skip
+            "cdcd_delivery_errors_total", "cdcd_connected", "cdcd_snapshot_rows", "cdcd_snapshot_rows_estimated",
+            "cdcd_snapshot_tables", "cdcd_snapshot_tables_done"} <= used  # fmt: skip
 
 
 def test_dashboard_structure() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from cdcd.metrics import Metrics, State
 from cdcd.progress import Progress
+from cdcd.secrets import register_secret
 from tests.http import get, scrape
 
 
@@ -91,3 +92,14 @@ def test_health_follows_the_main_loop_and_readiness_the_connections(
     assert get(base + "/readyz")[0] == 503
     state.heartbeat = time.monotonic() - 10  # the loop stalled longer than health_timeout_s
     assert get(base + "/healthz")[0] == 503
+
+
+def test_label_values_are_redacted(served: Served) -> None:
+    _, state, sink, _, base = served
+    register_secret("label-Secret-5")
+    sink.events["public.label-Secret-5", "c"] = 1
+    state.filtered["password=hunter22"] = 1
+    text = get(base + "/metrics")[1]
+    assert "label-Secret-5" not in text
+    assert "hunter22" not in text
+    assert 'table="public.***"' in text

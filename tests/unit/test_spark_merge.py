@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from cdcd.spark.merge import evolve_sql, keyed_events_sql, latest_sql, merge_sql, newer, position_after, truncate_sql
+from cdcd.spark.merge import (
+    evolve_sql,
+    first_conflict_sql,
+    keyed_events_sql,
+    latest_sql,
+    merge_sql,
+    movable_sql,
+    move_sql,
+    moves_sql,
+    newer,
+    position_after,
+    truncate_sql,
+    window_sql,
+)
 from cdcd.spark.schema import Column, TableSchema
 
 SCHEMA = TableSchema((Column("id", "int"), Column("big", "string")))
@@ -83,3 +96,46 @@ def test_evolve_adds_and_drops_columns() -> None:
     assert evolve_sql("m", SCHEMA, SCHEMA) == []
     with pytest.raises(ValueError, match="type of column"):
         evolve_sql("m", SCHEMA, TableSchema((Column("id", "bigint"),)))
+
+
+def test_window_sql_bounds_events_by_position() -> None:
+    assert window_sql("ev", None, None, None) == "SELECT * FROM ev WHERE TRUE"
+    sql = window_sql("ev", (1, 2), (3, 4), (5, 6))
+    assert sql == (
+        "SELECT * FROM ev WHERE TRUE AND (_commit_lsn > 1 OR (_commit_lsn = 1 AND _lsn > 2))"  # after the truncate
+        " AND NOT (3 > _commit_lsn OR (3 = _commit_lsn AND 4 > _lsn))"  # from start on
+        " AND (5 > _commit_lsn OR (5 = _commit_lsn AND 6 > _lsn))"  # before end
+    )
+
+
+def test_moves_sql_takes_a_key_change_from_either_half() -> None:
+    sql = moves_sql("ev", ["a"])
+    assert sql == (
+        "SELECT _moved_from.`a` AS `_old_a`, after.`a` AS `_new_a`, _commit_lsn, _lsn FROM ev "
+        "WHERE _op = 'c' AND _moved_from IS NOT NULL UNION "  # UNION: both halves give one row
+        "SELECT before.`a` AS `_old_a`, _moved_to.`a` AS `_new_a`, _commit_lsn, _lsn FROM ev "
+        "WHERE _op = 'd' AND _moved_to IS NOT NULL"
+    )
+
+
+def test_first_conflict_looks_for_earlier_events_on_the_old_or_the_new_key() -> None:
+    sql = first_conflict_sql("ev", "mv", ["a"])
+    earlier = "(m._commit_lsn > e._commit_lsn OR (m._commit_lsn = e._commit_lsn AND m._lsn > e._lsn))"
+    assert f"JOIN ({keyed_events_sql('ev', ['a'])}) e ON e.`a` <=> m.`_old_a` AND {earlier}" in sql
+    assert f"JOIN ({keyed_events_sql('ev', ['a'])}) e ON e.`a` <=> m.`_new_a` AND {earlier}" in sql
+    assert sql.startswith("SELECT min(struct(_commit_lsn, _lsn)) AS first FROM (")
+
+
+def test_move_sql_moves_older_rows_just_before_the_change() -> None:
+    sql = move_sql("delta.`/m/t`", "mv", ["id"], SCHEMA)
+    older = "(m._commit_lsn > o._cdc_commit_lsn OR (m._commit_lsn = o._cdc_commit_lsn AND m._lsn > o._cdc_lsn))"
+    assert (
+        movable_sql("delta.`/m/t`", "mv", ["id"]) == f"mv m JOIN delta.`/m/t` o ON o.`id` <=> m.`_old_id` AND {older}"
+    )
+    # the row under the new key, one byte of WAL before the change, with the old row's values
+    assert "SELECT m.`_new_id`, o.`big`, 'u' AS _action, m._commit_lsn, m._lsn - 1 FROM mv m JOIN" in sql
+    # the row under the old key goes, once however many changes name it
+    assert "SELECT o.`id`, o.`big`, 'd', o._cdc_commit_lsn, o._cdc_lsn FROM delta.`/m/t` o LEFT SEMI JOIN mv m" in sql
+    assert "WHEN MATCHED AND s._action = 'd' THEN DELETE" in sql
+    assert f"WHEN MATCHED AND s._action = 'u' AND {newer()} THEN UPDATE SET t.`big` = s.`big`" in sql
+    assert "WHEN NOT MATCHED AND s._action = 'u' THEN INSERT (`id`, `big`, _cdc_commit_lsn, _cdc_lsn)" in sql

@@ -18,21 +18,26 @@ var avroAPI = avro.Config{MaxByteSliceSize: -1}.Freeze()
 
 // decoder turns Kafka records into JSON lines, fetching each schema id from the registry once.
 type decoder struct {
-	registry *sr.Client
-	schemas  map[int]avro.Schema
+	registry    *sr.Client
+	schemas     map[int]avro.Schema
+	avroHeaders map[string]bool // headers whose values are Confluent-framed Avro, e.g. __debezium.oldkey
 }
 
-func newDecoder(url string) (*decoder, error) {
+func newDecoder(url string, avroHeaders []string) (*decoder, error) {
 	registry, err := sr.NewClient(sr.URLs(url))
 	if err != nil {
 		return nil, err
 	}
-	return &decoder{registry: registry, schemas: map[int]avro.Schema{}}, nil
+	d := &decoder{registry: registry, schemas: map[int]avro.Schema{}, avroHeaders: map[string]bool{}}
+	for _, name := range avroHeaders {
+		d.avroHeaders[name] = true
+	}
+	return d, nil
 }
 
 type header struct {
-	Key   string  `json:"key"`
-	Value *string `json:"value"` // base64; null for a header without a value
+	Key   string          `json:"key"`
+	Value json.RawMessage `json:"value"` // base64, or decoded (-avro-header); null for a header without a value
 }
 
 type line struct {
@@ -56,14 +61,24 @@ func (d *decoder) message(ctx context.Context, r *kgo.Record) ([]byte, error) {
 		return nil, fmt.Errorf("value: %w", err)
 	}
 	for _, h := range r.Headers {
-		var value *string
-		if h.Value != nil {
-			v := base64.StdEncoding.EncodeToString(h.Value)
-			value = &v
+		value, err := d.header(ctx, h.Key, h.Value)
+		if err != nil {
+			return nil, fmt.Errorf("header %s: %w", h.Key, err)
 		}
 		out.Headers = append(out.Headers, header{h.Key, value})
 	}
 	return marshal(out)
+}
+
+func (d *decoder) header(ctx context.Context, name string, raw []byte) (json.RawMessage, error) {
+	if d.avroHeaders[name] {
+		value, _, err := d.field(ctx, raw)
+		return value, err
+	}
+	if raw == nil {
+		return json.RawMessage("null"), nil
+	}
+	return marshal(base64.StdEncoding.EncodeToString(raw))
 }
 
 // field decodes a key or value: null stays null, anything else must be the Confluent wire format.

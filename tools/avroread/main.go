@@ -9,13 +9,16 @@
 //
 // Usage:
 //
-//	avroread [-bootstrap-servers HOST:PORT] [-registry-url URL] [-regex PATTERN] [-timeout 5m] [TOPIC...]
+//	avroread [-bootstrap-servers HOST:PORT] [-registry-url URL] [-regex PATTERN] [-timeout 5m]
+//	         [-avro-header NAME]... [TOPIC...]
 //
 // -bootstrap-servers and -registry-url default to $CDCD_KAFKA__BOOTSTRAP_SERVERS and $CDCD_SCHEMA_REGISTRY__URL.
 // Topics are those named plus those matching -regex (an RE2 pattern matched against the whole name).
 // A null key or value (a tombstone) prints as null; a message whose bytes are not the Confluent wire format
 // (magic byte 0, 4-byte schema id) or whose schema id the registry does not know stops avroread with an error
-// naming the topic, partition and offset. Exit status: 0 done, 1 a runtime error, 2 bad arguments.
+// naming the topic, partition and offset. Header values print as base64, or decoded like keys and values for
+// the headers named with -avro-header (Debezium's __debezium.oldkey / __debezium.newkey).
+// Exit status: 0 done, 1 a runtime error, 2 bad arguments.
 //
 // How Avro values print as JSON is described in tojson.go.
 package main
@@ -29,6 +32,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -46,7 +50,13 @@ type options struct {
 	regex    string
 	topics   []string
 	timeout  time.Duration
+	headers  []string
 }
+
+type names []string
+
+func (n *names) String() string     { return strings.Join(*n, ",") }
+func (n *names) Set(v string) error { *n = append(*n, v); return nil }
 
 func parseArgs(args []string) (options, error) {
 	fs := flag.NewFlagSet("avroread", flag.ContinueOnError)
@@ -54,10 +64,12 @@ func parseArgs(args []string) (options, error) {
 	registry := fs.String("registry-url", os.Getenv("CDCD_SCHEMA_REGISTRY__URL"), "Confluent-compatible registry URL")
 	regex := fs.String("regex", "", "also read every topic whose whole name matches this RE2 pattern")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up when the topics are not read to their end by then")
+	var headers names
+	fs.Var(&headers, "avro-header", "decode this header's value as Confluent-framed Avro, e.g. __debezium.oldkey (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, usageError{err.Error()}
 	}
-	opts := options{brokers: *brokers, registry: *registry, topics: fs.Args(), timeout: *timeout}
+	opts := options{brokers: *brokers, registry: *registry, topics: fs.Args(), timeout: *timeout, headers: headers}
 	if opts.brokers == "" {
 		return opts, usageError{"no Kafka: give -bootstrap-servers or set CDCD_KAFKA__BOOTSTRAP_SERVERS"}
 	}
@@ -109,7 +121,7 @@ func run(opts options) error {
 	if err != nil {
 		return err
 	}
-	decoder, err := newDecoder(opts.registry)
+	decoder, err := newDecoder(opts.registry, opts.headers)
 	if err != nil {
 		return usageError{fmt.Sprintf("-registry-url %q: %v", opts.registry, err)}
 	}
