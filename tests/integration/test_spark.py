@@ -82,7 +82,7 @@ def first_part(db: Database) -> None:
         conn.execute("BEGIN")
         conn.execute("INSERT INTO shop.items (id, v) SELECT g, 'streamed' FROM generate_series(2000, 3500) g")
         conn.execute("SAVEPOINT a")
-        conn.execute("INSERT INTO shop.items (id, v) SELECT g, 'rolled back' FROM generate_series(5000, 5600) g")
+        conn.execute("INSERT INTO shop.items (id, v) SELECT g, 'rolled back' FROM generate_series(8000, 8600) g")
         conn.execute("UPDATE shop.items SET v = 'rolled back' WHERE id <= 50")
         conn.execute("ROLLBACK TO SAVEPOINT a")
         conn.execute("UPDATE shop.items SET v = 'kept', ratio = NULL WHERE id BETWEEN 100 AND 150")
