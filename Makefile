@@ -10,7 +10,7 @@ STACK := deploy/local/stack
 PG_VERSIONS ?= 14 15 16 17 18
 PG_FULL ?= 17
 
-.PHONY: demo test lint unit integration stack venv clean
+.PHONY: demo test lint unit integration stack venv clean avroread
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -20,6 +20,15 @@ $(VENV)/.installed: pyproject.toml
 	# kustomize renders deploy/kubernetes in the tests (from the Go module proxy)
 	GOBIN=$(abspath $(BIN)) go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0
 	touch $@
+
+# tools/avroread: the independent Go reader of cdcd's topics (tests/integration/test_avroread.py), built from
+# the pinned modules in its go.mod/go.sum (fetched through the Go module proxy into Go's module cache).
+GO ?= $(or $(shell command -v go),/usr/local/go/bin/go)
+AVROREAD := build/avroread
+avroread: $(AVROREAD)
+$(AVROREAD): tools/avroread/go.mod tools/avroread/go.sum $(wildcard tools/avroread/*.go)
+	mkdir -p $(dir $@)
+	cd tools/avroread && GOFLAGS=-mod=readonly $(GO) vet ./... && GOFLAGS=-mod=readonly $(GO) build -trimpath -o $(abspath $@) .
 
 stack:
 	$(STACK) up all
@@ -38,11 +47,11 @@ lint: venv
 unit: venv
 	$(BIN)/pytest tests/unit -q
 
-integration: venv stack
+integration: venv stack avroread
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" $(BIN)/pytest tests/integration -q
 
 # The whole suite: lint, types, unit tests, integration tests on every PG major in PG_VERSIONS.
-test: lint stack
+test: lint stack avroread
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" $(BIN)/pytest tests -q -p no:cacheprovider
 
 clean:

@@ -3,6 +3,7 @@ schema registry."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from tests.integration.conftest import Database
+from tests.integration.conftest import Database, PgServer, scratch_database
 
 # Before cdcd creates the topics the pattern subscription finds none; end of partition is not an error.
 _TRANSIENT = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._PARTITION_EOF}
@@ -34,6 +35,8 @@ class Event:
     value: dict[str, Any] | None  # None: a tombstone
     # __debezium.oldkey / __debezium.newkey of a key change's create / delete, decoded as keys are
     moved: dict[str, dict[str, Any]] = field(default_factory=dict)
+    partition: int = 0
+    offset: int = 0
 
 
 class Run:
@@ -135,8 +138,9 @@ class Run:
             value = None if message.value() is None else self._deserialize(message.value(), value_ctx)
             headers: list[tuple[str, bytes]] = message.headers() or []  # type: ignore[assignment]
             moved = {name: self._deserialize(raw, key_ctx) for name, raw in headers if raw}
-            self.events.append(Event(topic, key, value, moved))
-            self.positions[topic, message.partition() or 0] = (message.offset() or 0) + 1
+            partition, offset = message.partition() or 0, message.offset() or 0
+            self.events.append(Event(topic, key, value, moved, partition, offset))
+            self.positions[topic, partition] = offset + 1
         return self.events
 
     def sync(self, timeout: float = 90) -> list[Event]:
@@ -170,3 +174,15 @@ class Run:
         self.consumer.close()
         if self.proc is not None and self.proc.poll() is None:
             self.stop(signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def scratch_run(pg: PgServer, schema: str, env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
+    """A Run (not started) on a new database of ``pg`` holding ``schema``; closed and dropped afterwards."""
+    with scratch_database(pg) as db:
+        db.execute(schema)
+        r = Run(db, env, tmp_path)
+        try:
+            yield r
+        finally:
+            r.close()

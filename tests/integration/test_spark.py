@@ -21,8 +21,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from cdcd.spark.job import BatchWriter, Options, session, start
-from tests.integration.conftest import STACK, Database, PgServer, scratch_database
-from tests.integration.kafka_harness import Run
+from tests.integration.conftest import STACK, Database, PgServer
+from tests.integration.kafka_harness import Run, scratch_run
 
 pytestmark = pytest.mark.integration
 
@@ -56,11 +56,8 @@ def spark(env15: dict[str, str]) -> Iterator[SparkSession]:
 
 @pytest.fixture
 def run15(pg15: PgServer, env15: dict[str, str], tmp_path: Path) -> Iterator[Run]:
-    with scratch_database(pg15) as db:
-        db.execute(SCHEMA)
-        r = Run(db, env15, tmp_path)
+    with scratch_run(pg15, SCHEMA, env15, tmp_path) as r:
         yield r
-        r.close()
 
 
 def first_part(db: Database) -> None:
@@ -85,7 +82,7 @@ def first_part(db: Database) -> None:
         conn.execute("BEGIN")
         conn.execute("INSERT INTO shop.items (id, v) SELECT g, 'streamed' FROM generate_series(2000, 3500) g")
         conn.execute("SAVEPOINT a")
-        conn.execute("INSERT INTO shop.items (id, v) SELECT g, 'rolled back' FROM generate_series(5000, 5600) g")
+        conn.execute("INSERT INTO shop.items (id, v) SELECT g, 'rolled back' FROM generate_series(8000, 8600) g")
         conn.execute("UPDATE shop.items SET v = 'rolled back' WHERE id <= 50")
         conn.execute("ROLLBACK TO SAVEPOINT a")
         conn.execute("UPDATE shop.items SET v = 'kept', ratio = NULL WHERE id BETWEEN 100 AND 150")
@@ -188,8 +185,10 @@ def assert_mirrors_equal(
             )
 
 
-def wait_for_commit(checkpoint: Path, beyond: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 120
+def wait_for_commit(
+    checkpoint: Path, beyond: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120
+) -> None:
+    deadline = time.monotonic() + timeout
     while True:
         commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")]
         if commits and max(commits) > beyond:
