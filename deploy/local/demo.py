@@ -140,7 +140,9 @@ def mirror_counts(spark: Any, root: Path) -> list[int | None]:
     out: list[int | None] = []
     for table, _ in MIRRORED:
         path = root / "shop" / table
-        out.append(spark.read.format("delta").load(str(path)).count() if (path / "_delta_log").exists() else None)
+        # The table exists once its first commit does (_delta_log/ appears before it: reading then fails).
+        created = any((path / "_delta_log").glob("*.json"))
+        out.append(spark.read.format("delta").load(str(path)).count() if created else None)
     return out
 
 
