@@ -17,16 +17,16 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
-from cdcd.avro.types import type_mapping
 from cdcd.pgoutput.messages import UNCHANGED_TOAST, Change, Relation, Row, RowChange, Truncate
+from cdcd.pgtypes import codec
 from cdcd.snapshot.xids import SnapshotXids
 
 KeyOf = Callable[[Row], Hashable]
 
 
 def key_function(relation: Relation, key_columns: tuple[str, ...]) -> KeyOf:
-    """Normalized key of a row of ``relation``: its ``key_columns`` as Avro datums, so a text value (COPY, the
-    stream's text mode) and a binary one (the stream's binary mode) of the same key compare equal."""
+    """Normalized key of a row of ``relation``: its ``key_columns`` parsed (``cdcd.pgtypes``), so a text value
+    (COPY, the stream's text mode) and a binary one (the stream's binary mode) of the same key compare equal."""
     names = [c.name for c in relation.columns]
     missing = [k for k in key_columns if k not in names]
     if missing:
@@ -34,9 +34,8 @@ def key_function(relation: Relation, key_columns: tuple[str, ...]) -> KeyOf:
     picks = []
     for k in key_columns:
         i = names.index(k)
-        col = relation.columns[i]
-        mapping = type_mapping(col.type_oid, col.type_modifier)
-        picks.append((i, mapping.from_text, mapping.from_binary))
+        parsers = codec(relation.columns[i].type_oid)
+        picks.append((i, parsers.from_text, parsers.from_binary))
 
     def key(row: Row) -> Hashable:
         out: list[object] = []

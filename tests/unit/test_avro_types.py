@@ -9,19 +9,18 @@ import fastavro
 import pytest
 
 from cdcd.avro import ConversionError, SchemaError, build_schemas, sanitize, type_mapping
-from cdcd.avro.types import (
+from cdcd.avro.types import decimal_bytes, format_interval
+from cdcd.pgoutput.messages import Column, Relation, Type
+from cdcd.pgtypes import (
     INT32_MAX,
     INT32_MIN,
     INT64_MAX,
     INT64_MIN,
-    NoAvroShape,
+    IrregularArray,
     days_from_civil,
-    decimal_bytes,
-    format_interval,
     parse_interval_text,
     split_array_text,
 )
-from cdcd.pgoutput.messages import Column, Relation, Type
 
 PG_EPOCH_US = 946_684_800_000_000
 
@@ -215,7 +214,7 @@ def test_array_text_elements() -> None:
         with pytest.raises(ValueError):  # noqa: PT011
             split_array_text(bad)
     for no_shape in ("{{1,2},{3,4}}", "[0:1]={1,2}"):
-        with pytest.raises(NoAvroShape):
+        with pytest.raises(IrregularArray):
             split_array_text(no_shape)
 
 

@@ -13,9 +13,9 @@ from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, ROUND_HALF_UP, Context, Decima
 from fractions import Fraction
 from typing import Final
 
-from cdcd.avro.types import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, days_from_civil
 from cdcd.filters.expr.errors import Unevaluable
 from cdcd.filters.expr.types import DISPLAY, INT_LIMITS
+from cdcd.pgtypes import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, days_from_civil
 
 NCTX: Final = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[])  # exact; NaN instead of errors
 _NAN: Final = Decimal("NaN")

@@ -4,7 +4,7 @@ groups (integers, floats, numbers, strings), and the column types of a table (``
 Python representation of each type's values: integers (int2/int4/int8/oid) int; numeric Decimal; float4 and
 float8 float (float4 values are exactly representable in float4); text types str (bpchar with its padding);
 bool bool; date int days since 1970-01-01; time int µs; timestamp/timestamptz int µs since 1970-01-01 UTC
-(±infinity as cdcd.avro.types' extremes); interval int, PostgreSQL's comparison value (months*30 days + days, in
+(±infinity as cdcd.pgtypes' extremes); interval int, PostgreSQL's comparison value (months*30 days + days, in
 µs); uuid canonical lower-case str; bytea bytes.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from cdcd.avro.types import numeric_typmod, type_mapping
+from cdcd.pgtypes import codec, numeric_typmod
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ FLOAT8: Final = T("float8")
 def column_type(column: ColumnType) -> T:
     name = _OIDS.get(column.type_oid)
     if name is None:
-        return T("other", label=type_mapping(column.type_oid).pg_type)
+        return T("other", label=codec(column.type_oid).name)
     mod = column.type_modifier
     if name == "numeric":
         pm = numeric_typmod(mod)

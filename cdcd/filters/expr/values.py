@@ -10,20 +10,21 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Final, NoReturn
 
-from cdcd.avro.types import (
-    INT32_MAX,
-    INT32_MIN,
-    INT64_MAX,
-    INT64_MIN,
-    days_from_civil,
-    parse_interval_text,
-    type_mapping,
-)
 from cdcd.filters.expr.arith import DATE_END, TS_END, TS_MIN, US_PER_DAY, dec, f4_exact
 from cdcd.filters.expr.errors import Unevaluable
 from cdcd.filters.expr.strings import to_name
 from cdcd.filters.expr.types import DISPLAY, INT_LIMITS, STRINGS, TYPE_OIDS, T
 from cdcd.pgoutput.messages import UNCHANGED_TOAST, Row
+from cdcd.pgtypes import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    codec,
+    days_from_civil,
+    numeric_binary_to_text,
+    parse_interval_text,
+)
 
 _INTERVAL: Final = struct.Struct(">qii")
 
@@ -43,20 +44,17 @@ def _readers(t: T) -> tuple[Callable[[str], Any] | None, Callable[[bytes], Any]]
     if name == "numeric":
         return Decimal, _numeric_binary
     if name == "float4":
-        return f4_exact, type_mapping(700).from_binary
+        return f4_exact, codec(700).from_binary
     if name == "interval":
         return _interval_text, _interval_binary
     if name == "other":
         return None, bytes
-    mapping = type_mapping(TYPE_OIDS[name])
-    return (None if name == "uuid" else mapping.from_text), mapping.from_binary
-
-
-_NUMERIC_BINARY_TEXT: Final = type_mapping(1700).from_binary  # unconstrained numeric: the exact text form
+    parsers = codec(TYPE_OIDS[name])
+    return (None if name == "uuid" else parsers.from_text), parsers.from_binary
 
 
 def _numeric_binary(b: bytes) -> Decimal:
-    return Decimal(_NUMERIC_BINARY_TEXT(b))
+    return Decimal(numeric_binary_to_text(b))
 
 
 def _interval_text(s: str) -> int:
@@ -381,7 +379,7 @@ def _input_bytea(s: str) -> bytes:
         if s.startswith("\\x"):
             return bytes.fromhex(re.sub(r"[ \n\t\r]", "", s[2:]))
         if s.isascii():
-            result: bytes = type_mapping(17).from_text(s)
+            result: bytes = codec(17).from_text(s)
             return result
     except ValueError:
         pass
