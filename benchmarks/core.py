@@ -39,15 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from pydantic import SecretStr
-
-from cdcd.assembly import Assembler, BufferPool, Transaction
-from cdcd.config import BufferSettings, Settings, SourceSettings, parse_size
+from cdcd.assembly import Assembler, BufferPool
+from cdcd.batches import Transaction
+from cdcd.config import parse_size
 from cdcd.pgoutput import Decoder
-from cdcd.pipeline import Pipeline
 from cdcd.progress import Progress
+from cdcd.replication.core import ReplicationCore, Write
 from cdcd.sink.jsonl import JsonLinesSink
-from cdcd.source.protocol import XLOGDATA_PAYLOAD_OFFSET, parse_xlogdata_header
 
 XID = 7_654_321
 BASE_LSN = 0x1_6B37_4800
@@ -290,7 +288,7 @@ class Stages:
             sink = JsonLinesSink(self.devnull)
             gc.collect()
             start = time.perf_counter()
-            sink.write_transaction(txn, Progress())
+            sink.write_transaction(txn, txn.changes(), Progress())
             elapsed = time.perf_counter() - start
             _expect("lines written", sink.rows_written, self.workload.rows)
             return elapsed
@@ -298,24 +296,19 @@ class Stages:
         return self.result("jsonl sink (/dev/null)", timed(self.repeat, run))
 
     def full_path(self, limit: int) -> Result:
-        """The per-frame work of ``Pipeline._stream`` for XLogData frames, through ``Pipeline._handle``."""
+        """The per-frame work of the replication loop: ``ReplicationCore.frame`` on every frame, its ``Write``
+        events handed to the sink."""
 
         def run() -> None:
-            settings = Settings.model_construct(
-                source=SourceSettings.model_construct(dsn=SecretStr("unused")),
-                buffer=BufferSettings.model_construct(memory_limit=limit, spill_dir=self.spill_dir),
-            )
             sink = JsonLinesSink(self.devnull)
-            pipeline = Pipeline(settings, sink)
-            decoder = Decoder("utf-8")
-            assembler = Assembler(pipeline.pool)
-            progress = pipeline.progress
-            handle = pipeline._handle
-            for frame in self.workload.frames:
-                if frame[0] == 119:  # 'w'
-                    data_start, wal_end = parse_xlogdata_header(frame)
-                    progress.received(max(data_start, wal_end))
-                    handle(decoder, assembler, frame[XLOGDATA_PAYLOAD_OFFSET:], data_start)
+            progress = Progress()
+            core = ReplicationCore(Decoder("utf-8"), Assembler(BufferPool(limit, self.spill_dir)), progress)
+            frame, write = core.frame, sink.write_transaction
+            for data in self.workload.frames:
+                event = frame(data)
+                if event.__class__ is Write:
+                    assert isinstance(event, Write)
+                    write(event.transaction, event.changes, progress)
             _expect("lines written", sink.rows_written, self.workload.rows)
 
         return self.result(f"full path frame→sink ({limit / 2**20:g} MiB limit)", timed(self.repeat, run))

@@ -30,7 +30,7 @@ from cdcd.lsn import format_lsn
 from cdcd.metrics import Metrics
 from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError
-from cdcd.pipeline import Pipeline
+from cdcd.replication.loop import ReplicationLoop
 from cdcd.secrets import redacted_output
 from cdcd.sink import Sink, SinkFailure
 from cdcd.sink.jsonl import JsonLinesSink
@@ -115,7 +115,7 @@ def _check(settings: Settings) -> int:
 
 
 def _request_snapshot(settings: Settings, table: str, where: str | None) -> int:
-    from cdcd.source.snapshot import SnapshotRequestError, request_snapshot  # noqa: PLC0415
+    from cdcd.snapshot.reader import SnapshotRequestError, request_snapshot  # noqa: PLC0415
 
     try:
         request_id = request_snapshot(settings.source, table, where)
@@ -167,13 +167,13 @@ def _sink(settings: Settings, output: str | None) -> tuple[Sink, BinaryIO | None
     return JsonLinesSink(out), None if out is sys.stdout.buffer else out
 
 
-def _serve_metrics(settings: Settings, pipeline: Pipeline, sink: Sink) -> Metrics | None:
+def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Metrics | None:
     """Serve /metrics, /healthz and /readyz when metrics.listen is set; raises OSError if it cannot bind."""
     address = settings.metrics.address
     if address is None:
         return None
-    metrics = Metrics(pipeline.state, sink, settings.metrics.health_timeout_s)
-    pipeline.progress.on_done = metrics.observe_done
+    metrics = Metrics(loop.state, sink, settings.metrics.health_timeout_s)
+    loop.progress.on_done = metrics.observe_done
     port = metrics.serve(*address)
     structlog.get_logger("cdcd").info("serving metrics", address=address[0], port=port,
                                       paths=["/metrics", "/healthz", "/readyz"])  # fmt: skip
@@ -191,35 +191,35 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stopping)
-    pipeline = Pipeline(settings, sink, stop, notifier)
+    loop = ReplicationLoop(settings, sink, stop, notifier)
     log = structlog.get_logger("cdcd")
     try:
-        metrics = _serve_metrics(settings, pipeline, sink) if serve_metrics else None
+        metrics = _serve_metrics(settings, loop, sink) if serve_metrics else None
     except OSError as exc:
         log.error("cannot serve metrics", listen=settings.metrics.listen, error=exc.strerror or str(exc))
         return EXIT_CONFIG
     _tune_gc()
     try:
-        pipeline.run()
+        loop.run()
     except ConfigError as exc:
         log.error("configuration does not fit the source database", error=str(exc))
         return EXIT_CONFIG
     except FilterFailure as exc:
-        log.error("row filter failed; stopping", error=str(exc), flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))
+        log.error("row filter failed; stopping", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
         return EXIT_FAILURE
     except (DecodeError, AssemblyError) as exc:
         log.error("cannot decode the replication stream", error=str(exc),
-                  flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))  # fmt: skip
+                  flushed_lsn=format_lsn(loop.progress.flushed_lsn))  # fmt: skip
         return EXIT_FAILURE
     except (SourceError, SourceDisconnected) as exc:
-        log.error("source failed", error=str(exc), flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))
+        log.error("source failed", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
         return EXIT_FAILURE
     except SinkFailure as exc:
-        log.error("sink failed; stopping", error=str(exc), flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))
+        log.error("sink failed; stopping", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
         return EXIT_FAILURE
     except (StateError, SnapshotError) as exc:
         log.error("snapshot cannot go on; stopping", error=str(exc),
-                  flushed_lsn=format_lsn(pipeline.progress.flushed_lsn))  # fmt: skip
+                  flushed_lsn=format_lsn(loop.progress.flushed_lsn))  # fmt: skip
         return EXIT_FAILURE
     finally:
         if metrics is not None:
@@ -227,8 +227,8 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
         sink.close()
         if opened is not None:
             opened.close()
-    stats, filters = pipeline.stats, pipeline.filter_stats
-    log.info("stopped", flushed_lsn=format_lsn(pipeline.progress.flushed_lsn), transactions=stats.transactions,
+    stats, filters = loop.stats, loop.filter_stats
+    log.info("stopped", flushed_lsn=format_lsn(loop.progress.flushed_lsn), transactions=stats.transactions,
              changes=stats.changes, reconnects=stats.reconnects, filtered=filters.filtered.total(),
              updates_transformed=filters.transformed.total(), unevaluated=filters.unevaluated.total())  # fmt: skip
     return EXIT_OK

@@ -1,4 +1,4 @@
-"""Transaction assembly: decoded pgoutput messages in, committed transactions out. No I/O.
+"""Transaction assembly: decoded pgoutput messages in, committed transactions out.
 
 * Plain transactions (Begin ... Commit) are buffered and emitted at Commit, in commit order.
 * Streamed transactions (protocol 2+) are buffered per top-level xid across interleaved Stream Start/Stop
@@ -9,16 +9,18 @@
   Commit Prepared, discarded at Rollback Prepared.
 * Non-transactional logical decoding messages are emitted at once.
 
-All buffers share one BufferPool, so memory stays under its limit whatever the transactions' sizes.
+All buffers share one BufferPool, so memory stays under its limit whatever the transactions' sizes: past it
+the largest buffer spills to a file (the one I/O of this stage, ``cdcd.assembly.buffer``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cdcd.assembly.buffer import BufferPool, ChangeBuffer
+from cdcd.batches import Transaction
 from cdcd.pgoutput.messages import (
     Begin,
     BeginPrepare,
@@ -44,40 +46,6 @@ from cdcd.pgoutput.messages import (
 
 class AssemblyError(RuntimeError):
     """Messages arrived in an order the protocol does not allow (or that shows lost messages)."""
-
-
-@dataclass(eq=False)
-class Transaction:
-    """A committed transaction. Iterate ``changes()`` once; it releases the buffer when done."""
-
-    xid: int
-    commit_lsn: int
-    end_lsn: int
-    commit_time: int  # PostgreSQL µs since 2000-01-01
-    streamed: bool
-    buffer: ChangeBuffer = field(repr=False)
-    origin: str | None = None
-    gid: str | None = None
-    tap: Callable[[Change], None] | None = None  # sees every change as ``changes()`` yields it
-
-    @property
-    def change_count(self) -> int:
-        return self.buffer.count
-
-    def changes(self) -> Iterator[Change]:
-        try:
-            tap = self.tap
-            if tap is None:
-                yield from self.buffer
-            else:
-                for change in self.buffer:
-                    tap(change)
-                    yield change
-        finally:
-            self.buffer.close()
-
-    def release(self) -> None:
-        self.buffer.close()
 
 
 Event = Transaction | LogicalMessage

@@ -7,7 +7,7 @@ tuples of plain values, so spilling and replaying run mostly in C; the Relation 
 stay in memory in a small per-buffer table.
 
 Memory is accounted as the wire size of each change plus a fixed per-value allowance for Python's
-objects (``VALUE_OVERHEAD``), measured in tests/unit/test_buffer.py.
+objects (``VALUE_OVERHEAD``, ``CHANGE_OVERHEAD``), estimated from CPython's object sizes.
 """
 
 from __future__ import annotations

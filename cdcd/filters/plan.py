@@ -13,11 +13,37 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from cdcd.config import Publication
 from cdcd.filters.expr import ParsedFilter, parse_filter
 
 ROW_OPS = ("insert", "update", "delete")
+
+
+class ListedTable(Protocol):
+    @property
+    def name(self) -> str: ...  # schema.table
+    @property
+    def where(self) -> str | None: ...
+
+
+class Publication(Protocol):
+    """A publication's definition (``cdcd.config.Publication`` is one; so is what the catalog reads)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def tables(self) -> Sequence[ListedTable]: ...
+    @property
+    def schemas(self) -> Sequence[str]: ...
+    @property
+    def all_tables(self) -> bool: ...
+    @property
+    def publish(self) -> Sequence[str]: ...
+    @property
+    def publish_via_partition_root(self) -> bool: ...
+    @property
+    def defined(self) -> bool: ...
 
 
 @dataclass(frozen=True)

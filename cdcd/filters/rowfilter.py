@@ -21,13 +21,11 @@ import structlog
 from cdcd.filters.expr import ColumnType, FilterError, Unevaluable, compile_filter
 from cdcd.filters.plan import FilterPlan, OpFilters, RelationFilters
 from cdcd.pgoutput.messages import UNCHANGED_TOAST, Op, Relation, Row, RowChange
+from cdcd.plan import FilterRules, Plans, Predicates, RelationPlan
 
 log = structlog.get_logger("cdcd.filters")
 
 Policy = Literal["publish", "drop", "fail"]
-Predicate = Callable[[Row], bool | None]
-# (filter text, predicate) pairs, ORed; None publishes every row.
-_Compiled = tuple[tuple[str, Predicate], ...] | None
 
 
 @dataclass
@@ -44,14 +42,6 @@ class FilterFailure(RuntimeError):
     filter no longer applies (a referenced column dropped, the replica identity changed)."""
 
 
-@dataclass(frozen=True)
-class _Rules:
-    insert: _Compiled
-    update: _Compiled
-    delete: _Compiled
-    key_positions: tuple[int, ...]  # replica identity columns: the values an old key tuple carries
-
-
 class RowFilter:
     """``apply(change)`` returns the change to publish (maybe turned into an INSERT or DELETE) or None."""
 
@@ -61,8 +51,10 @@ class RowFilter:
         unevaluable: Policy = "publish",
         ancestors: Callable[[Relation], Sequence[str]] | None = None,
         stats: FilterStats | None = None,
+        plans: Plans | None = None,
     ) -> None:
         self.plan = plan
+        self.plans = plans or Plans()
         self.unevaluable = unevaluable
         self.ancestors = ancestors
         self.stats = stats or FilterStats()
@@ -71,29 +63,28 @@ class RowFilter:
             self.stats.transformed,
             self.stats.unevaluated,
         )
-        self._rules: dict[int, tuple[Relation, _Rules | None]] = {}
         self._warned: set[tuple[str, str]] = set()
 
     def apply(self, change: RowChange) -> RowChange | None:
         relation = change.relation
-        cached = self._rules.get(relation.relation_id)
-        rules = cached[1] if cached is not None and cached[0] is relation else self._compile(relation)
+        plan = self.plans.get(relation)
+        rules = plan.filter if plan.filtered else self._compile(plan)
         if rules is None:
             return change
         if change.op == "insert":
             return change if self._matches(rules.insert, change.new, relation) else self._drop(relation)
         if change.op == "delete":
             return change if self._matches(rules.delete, change.old, relation) else self._drop(relation)
-        return self._update(rules, change)
+        return self._update(rules, change, plan.key_positions)
 
-    def _update(self, rules: _Rules, change: RowChange) -> RowChange | None:
+    def _update(self, rules: FilterRules, change: RowChange, key_positions: tuple[int, ...]) -> RowChange | None:
         relation, old, new = change.relation, change.old, change.new
         assert new is not None
         if rules.update is None:
             return change
         if old is None:
             return change if self._matches(rules.update, new, relation) else self._drop(relation)
-        new = _fill_unchanged(new, old, rules.key_positions if change.old_is_key else None)
+        new = _fill_unchanged(new, old, key_positions if change.old_is_key else None)
         old_match = self._matches(rules.update, old, relation)
         new_match = self._matches(rules.update, new, relation)
         if old_match and new_match:
@@ -106,7 +97,7 @@ class RowFilter:
             return _replace(change, "delete", old, None)
         return self._drop(relation)
 
-    def _matches(self, filters: _Compiled, row: Row | None, relation: Relation) -> bool:
+    def _matches(self, filters: Predicates, row: Row | None, relation: Relation) -> bool:
         if filters is None:
             return True
         assert row is not None
@@ -134,8 +125,8 @@ class RowFilter:
         self.filtered[f"{relation.schema}.{relation.name}"] += 1
         return None
 
-    def _compile(self, relation: Relation) -> _Rules | None:
-        table = f"{relation.schema}.{relation.name}"
+    def _compile(self, plan: RelationPlan) -> FilterRules | None:
+        relation, table = plan.relation, plan.table
         ancestors: Sequence[str] = ()
         if self.ancestors is not None and self.plan.needs_ancestors(table):
             ancestors = self.ancestors(relation)
@@ -145,27 +136,26 @@ class RowFilter:
             self._warned.add((table, "uncovered"))
             log.warning("no configured publication publishes these operations on the table; the server sent"
                         " them, so cdcd passes them unfiltered", table=table, operations=filters.uncovered)  # fmt: skip
-        self._rules[relation.relation_id] = (relation, rules)
+        plan.filter, plan.filtered = rules, True
         return rules
 
-    def _rules_for(self, relation: Relation, table: str, filters: RelationFilters) -> _Rules:
+    def _rules_for(self, relation: Relation, table: str, filters: RelationFilters) -> FilterRules:
         identity = None if relation.replica_identity == "f" else [c.name for c in relation.key_columns]
         problems = self.plan.replica_identity_problems(table, identity)
         if problems:
             raise FilterFailure("; ".join(problems))
         columns = [ColumnType(c.name, c.type_oid, c.type_modifier) for c in relation.columns]
         try:
-            return _Rules(
+            return FilterRules(
                 _compile_op(filters.insert, columns),
                 _compile_op(filters.update, columns),
                 _compile_op(filters.delete, columns),
-                tuple(i for i, c in enumerate(relation.columns) if c.is_key),
             )
         except FilterError as exc:
             raise FilterFailure(f"table {table} as replicated now: {exc}") from None
 
 
-def _compile_op(filters: OpFilters, columns: Sequence[ColumnType]) -> _Compiled:
+def _compile_op(filters: OpFilters, columns: Sequence[ColumnType]) -> Predicates:
     if filters is None:
         return None
     return tuple((f.parsed.text, compile_filter(f.parsed, columns)) for f in filters)

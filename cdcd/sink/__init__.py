@@ -6,17 +6,14 @@ asynchronously) and raises from ``poll`` once delivery has failed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cdcd.assembly import Transaction
-from cdcd.pgoutput.messages import LogicalMessage, Type
+from cdcd.batches import SnapshotBatch, Transaction
+from cdcd.pgoutput.messages import Change, LogicalMessage, Type
+from cdcd.plan import Plans
 from cdcd.progress import Progress
-from cdcd.snapshot import SnapshotBatch
-
-# Debezium's op codes for row changes; truncate is "t", a logical decoding message "m".
-OP_CODES = {"insert": "c", "update": "u", "delete": "d"}
 
 
 class SinkFailure(RuntimeError):
@@ -30,6 +27,7 @@ class SessionContext:
     database: str
     types: Mapping[int, Type] = field(default_factory=dict)  # the decoder's Type cache, kept current
     keep_alive: Callable[[], None] = lambda: None  # call while blocked: keeps status updates going
+    plans: Plans = field(default_factory=Plans)  # the session's table plans, shared with the row filter
 
 
 class Sink(Protocol):
@@ -43,7 +41,9 @@ class Sink(Protocol):
     def in_flight(self) -> int: ...
     def ready(self) -> bool: ...
     def start_session(self, session: SessionContext) -> None: ...
-    def write_transaction(self, txn: Transaction, progress: Progress) -> None: ...
+    def write_transaction(self, txn: Transaction, changes: Iterable[Change], progress: Progress) -> None:
+        """Write the committed ``txn``, whose changes are ``changes`` (iterated once)."""
+
     def write_message(self, message: LogicalMessage, progress: Progress) -> None: ...
     def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None: ...
     def poll(self) -> None: ...

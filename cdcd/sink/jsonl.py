@@ -10,19 +10,18 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
-from cdcd.assembly import Transaction
+from cdcd.batches import SnapshotBatch, Transaction
 from cdcd.lsn import format_lsn, pg_to_unix_us
-from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Value
+from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, RowChange, Truncate, Value
+from cdcd.plan import JsonShape, Plans, RelationPlan, RowWriter
 from cdcd.progress import Progress
-from cdcd.sink import OP_CODES, SessionContext
-from cdcd.snapshot import SnapshotBatch
+from cdcd.sink import SessionContext
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring
-
-RowWriter = Callable[[Row | None, bool], tuple[str, list[str]]]
+_OPS = {"insert": "c", "update": "u", "delete": "d"}
 
 
 def _other(value: Value) -> str:
@@ -61,8 +60,7 @@ class JsonLinesSink:
 
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
-        # relation id -> (the Relation, its row writer, the line's opening by op)
-        self._writers: dict[int, tuple[Relation, RowWriter, dict[str, str]]] = {}
+        self.plans = Plans()
         self.rows_written = 0
         self.events: Counter[tuple[str, str]] = Counter()  # (table, op) -> lines written
         self.delivery_errors = 0
@@ -73,23 +71,25 @@ class JsonLinesSink:
     def ready(self) -> bool:
         return not self.out.closed
 
-    def _writer(self, relation: Relation) -> tuple[Relation, RowWriter, dict[str, str]]:
-        cached = self._writers.get(relation.relation_id)
-        if cached is None or cached[0] is not relation:
+    def _shape(self, relation: Relation) -> tuple[RelationPlan, JsonShape]:
+        plan = self.plans.get(relation)
+        shape = plan.json
+        if shape is None:
             where = f'"schema":{_quote(relation.schema)},"table":{_quote(relation.name)}'
-            heads = {op: f'{{"op":"{code}",{where},"before":' for op, code in OP_CODES.items()}
-            cached = self._writers[relation.relation_id] = (relation, _row_writer(relation), heads)
-        return cached
+            heads = {op: f'{{"op":"{code}",{where},"before":' for op, code in _OPS.items()}
+            shape = plan.json = JsonShape(_row_writer(relation), heads)
+        return plan, shape
 
-    def write_transaction(self, txn: Transaction, progress: Progress) -> None:
+    def write_transaction(self, txn: Transaction, changes: Iterable[Change], progress: Progress) -> None:
         entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
         events = self.events
         tail = f',"xid":{txn.xid},"commit_lsn":"{format_lsn(txn.commit_lsn)}","lsn":"'
         lines = []
-        for change in txn.changes():
+        for change in changes:
             if isinstance(change, RowChange):
-                lines.append(self._row_line(change, tail))
-                events[f"{change.relation.schema}.{change.relation.name}", OP_CODES[change.op]] += 1
+                table, line = self._row_line(change, tail)
+                lines.append(line)
+                events[table, _OPS[change.op]] += 1
             elif isinstance(change, Truncate):
                 lines.extend(self._truncate_lines(change, tail))
                 events.update((f"{r.schema}.{r.name}", "t") for r in change.relations)
@@ -112,20 +112,22 @@ class JsonLinesSink:
     def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None:
         entry = progress.open(batch.lsn, None, batch.done)
         relation = batch.relation
-        _, write, _ = self._writer(relation)
+        plan, shape = self._shape(relation)
+        write = shape.write
         lsn = format_lsn(batch.lsn)
         head = f'{{"op":"r","schema":{_quote(relation.schema)},"table":{_quote(relation.name)},"before":null,"after":'
         lines = []
         for i, row in enumerate(batch.rows):
             tail = f',"snapshot":"{batch.row_marker(i)}","xid":null,"commit_lsn":"{lsn}","lsn":"{lsn}"}}'
             lines.append(f"{head}{write(row, False)[0]}{tail}")
-        self.events[f"{relation.schema}.{relation.name}", "r"] += len(lines)
+        self.events[plan.table, "r"] += len(lines)
         self._emit(lines)
         self.out.flush()
         progress.seal(entry)
 
     def start_session(self, session: SessionContext) -> None:
-        """Nothing to learn: rows are written in their text form."""
+        """Rows are written in their text form: only the table plans to learn."""
+        self.plans = session.plans
 
     def poll(self) -> None:
         """Nothing to serve: every write is finished before it returns."""
@@ -143,13 +145,18 @@ class JsonLinesSink:
             self.rows_written += len(lines)
             lines.clear()
 
-    def _row_line(self, change: RowChange, tail: str) -> str:
-        _, write, heads = self._writer(change.relation)
+    def _row_line(self, change: RowChange, tail: str) -> tuple[str, str]:
+        """The table's name and the change's line."""
+        plan, shape = self._shape(change.relation)
+        write, heads = shape.write, shape.heads
         before = "null" if change.old is None else write(change.old, change.old_is_key)[0]
         after, unchanged = write(change.new, False)
         extra = f',"unchanged_toast":[{",".join(unchanged)}]' if unchanged else ""
         lsn = change.wal_lsn
-        return f'{heads[change.op]}{before},"after":{after}{extra}{tail}{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"}}'
+        return (
+            plan.table,
+            f'{heads[change.op]}{before},"after":{after}{extra}{tail}{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"}}',
+        )
 
     def _truncate_lines(self, change: Truncate, tail: str) -> list[str]:
         options = f',"cascade":{str(change.cascade).lower()},"restart_identity":{str(change.restart_identity).lower()}'

@@ -1,7 +1,7 @@
 """How far table snapshots have got: rows read against an estimate, rate, time left, and when to log it. Pure:
 the caller passes the clock (monotonic seconds).
 
-The estimate comes from the planner (``cdcd.source.snapshot.SnapshotReader.estimate``): the table's
+The estimate comes from the planner (``cdcd.snapshot.reader.SnapshotReader.estimate``): the table's
 ``pg_class.reltuples`` scaled to its current size, narrowed by the row filters and by the key range still to
 read when a snapshot resumes after a saved key. It is an estimate: a table that grows during its snapshot
 reads past it (the bar stays full, the time left is unknown until it finishes).

@@ -1,4 +1,4 @@
-"""Reading tables for snapshots, on a regular connection (psycopg). The pure parts live in ``cdcd.snapshot``.
+"""Reading tables for snapshots, on a regular connection (psycopg): the I/O edge of ``cdcd.snapshot``.
 
 * ``SnapshotReader.use_exported``: the initial snapshot reads in the snapshot the slot exported.
 * ``SnapshotReader.rows``: one table in chunk-key order with ``COPY (SELECT ...) TO STDOUT``, from a key on.
@@ -20,6 +20,7 @@ from psycopg import sql
 from cdcd.config import SourceSettings
 from cdcd.filters.expr import FilterError, parse_filter
 from cdcd.pgoutput.messages import Column, Relation, Row, Type
+from cdcd.snapshot import control
 from cdcd.snapshot.copy import parse_line
 from cdcd.snapshot.xids import SnapshotXids
 from cdcd.source.catalog import ancestors, describe_table, index_columns
@@ -28,8 +29,6 @@ from cdcd.source.walsender import SourceDisconnected, SourceError, connect
 Conn = psycopg.Connection[Any]
 _T = TypeVar("_T")
 
-WATERMARK_PREFIX = "cdcd.watermark"
-REQUEST_PREFIX = "cdcd.snapshot"
 _FIRST_USER_TYPE = 10000  # pgoutput sends Type messages for types at or above FirstGenbkiObjectId
 
 
@@ -192,13 +191,13 @@ class SnapshotReader:
         description and up to ``limit`` rows after ``after``, then the high watermark."""
         conn = self.conn
         try:
-            emit(conn, WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "low"})
+            emit(conn, control.WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "low"})
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             try:
                 xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
                 table = describe(conn, name)
                 rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit)))
-                emit(conn, WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "high"})
+                emit(conn, control.WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "high"})
                 # A non-transactional message waits for the WAL writer (up to wal_writer_delay) before the
                 # walsender may send it; a commit with an xid and synchronous_commit on flushes it at once.
                 conn.execute("SET LOCAL synchronous_commit = on")
@@ -228,7 +227,7 @@ def _copy_rows(conn: Conn, table: SnapshotTable, copy_sql: sql.Composed) -> Iter
 
 def emit(conn: Conn, prefix: str, content: dict[str, Any]) -> None:
     """A non-transactional logical decoding message: it reaches the stream at its WAL position."""
-    conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", [prefix, json.dumps(content)])
+    conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", [prefix, control.encode(content)])
 
 
 def _first(exc: BaseException) -> str:
@@ -264,7 +263,9 @@ def request_snapshot(settings: SourceSettings, table: str, where: str | None) ->
         except psycopg.Error as exc:
             raise SnapshotRequestError(f"--where does not work on {table}: {_first(exc)}") from None
         request_id = uuid.uuid4().hex[:12]
-        emit(conn, REQUEST_PREFIX, {"slot": settings.slot, "table": table, "where": condition, "id": request_id})
+        emit(
+            conn, control.REQUEST_PREFIX, {"slot": settings.slot, "table": table, "where": condition, "id": request_id}
+        )
         return request_id
     except psycopg.OperationalError as exc:
         raise SourceDisconnected(f"connection lost: {_first(exc)}") from None

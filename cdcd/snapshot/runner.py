@@ -15,7 +15,6 @@ every ``snapshot.progress_interval_s``.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -24,11 +23,11 @@ from typing import Any, Protocol
 
 import structlog
 
+from cdcd.batches import SnapshotBatch
 from cdcd.filters.plan import FilterPlan
 from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, Type
 from cdcd.progress import Progress
-from cdcd.sink import Sink
-from cdcd.snapshot import SnapshotBatch
+from cdcd.snapshot import control
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
 from cdcd.snapshot.window import ChunkWindow
@@ -61,6 +60,12 @@ class Chunk(Protocol):
     def xids(self) -> SnapshotXids: ...
     @property
     def watermark(self) -> str: ...
+
+
+class BatchWriter(Protocol):
+    """Where snapshot rows go (the sink)."""
+
+    def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None: ...
 
 
 class Reader(Protocol):
@@ -98,7 +103,7 @@ class _Open:
 @dataclass
 class Snapshotter:
     reader: Reader
-    sink: Sink
+    sink: BatchWriter
     progress: Progress
     store: StateStore
     state: SnapshotState
@@ -250,17 +255,21 @@ class Snapshotter:
         last = key_values(relation, chunk.table.key_columns, rows[-1]) if rows else after
         self.window = _Open(item, window, relation, last, len(rows) < self.chunk_size)
 
+    @property
+    def watching(self) -> bool:
+        """A chunk's window is open: the changes written until its high watermark must be shown to ``observe``."""
+        return self.window is not None
+
     def observe(self, change: Change) -> None:
         if self.window is not None:
             self.window.window.observe(change)
 
     def watermark(self, message: LogicalMessage) -> None:
         """A watermark reached the stream: at the high watermark of the chunk in flight, write its rows."""
-        try:
-            content = json.loads(message.content)
-        except ValueError:
-            return
+        content = control.decode(message.content)
         current = self.window
+        if content is None:
+            return
         if current is None or content.get("id") != current.window.watermark or content.get("mark") != "high":
             return
         self.window = None
@@ -283,9 +292,8 @@ class Snapshotter:
         self.window = None
 
     def request(self, message: LogicalMessage, captured: Sequence[str]) -> None:
-        try:
-            content = json.loads(message.content)
-        except ValueError:
+        content = control.decode(message.content)
+        if content is None:
             log.warning("ignoring a malformed snapshot request", lsn=message.lsn)
             return
         if content.get("slot") != self.store.slot:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cdcd.assembly import Assembler, AssemblyError, BufferPool, Transaction
+from cdcd.assembly import Assembler, AssemblyError, BufferPool
 from cdcd.assembly.buffer import VALUE_OVERHEAD, change_cost
+from cdcd.batches import Transaction
 from cdcd.pgoutput.messages import (
     UNCHANGED_TOAST,
     Begin,

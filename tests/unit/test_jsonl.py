@@ -42,7 +42,7 @@ def emit(tmp_path: Path, *changes: Message) -> tuple[list[dict[str, Any]], Progr
     txn = assembler.feed(Commit(0, 0x1_0000_0100, 0x1_0000_0180, 0))
     assert txn is not None
     assert not isinstance(txn, LogicalMessage)
-    sink.write_transaction(txn, progress)
+    sink.write_transaction(txn, txn.changes(), progress)
     return [json.loads(line) for line in out.getvalue().decode().splitlines()], progress
 
 

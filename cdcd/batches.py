@@ -1,0 +1,80 @@
+"""What the replication core hands to a sink: a committed ``Transaction`` or a ``SnapshotBatch`` of rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from cdcd.pgoutput.messages import Change, Relation, Row
+
+
+class Changes(Protocol):
+    """A transaction's buffered changes (``cdcd.assembly.ChangeBuffer``): iterated once, then closed."""
+
+    @property
+    def count(self) -> int: ...
+    def __iter__(self) -> Iterator[Change]: ...
+    def close(self) -> None: ...
+
+
+@dataclass(eq=False)
+class Transaction:
+    """A committed transaction. Iterate ``changes()`` once; it releases the buffer when done."""
+
+    xid: int
+    commit_lsn: int
+    end_lsn: int
+    commit_time: int  # PostgreSQL µs since 2000-01-01
+    streamed: bool
+    buffer: Changes = field(repr=False)
+    origin: str | None = None
+    gid: str | None = None
+
+    @property
+    def change_count(self) -> int:
+        return self.buffer.count
+
+    def changes(self) -> Iterator[Change]:
+        try:
+            yield from self.buffer
+        finally:
+            self.buffer.close()
+
+    def release(self) -> None:
+        self.buffer.close()
+
+
+def observed(changes: Iterator[Change], observe: Callable[[Change], None]) -> Iterator[Change]:
+    """``changes``, each shown to ``observe`` as it passes (the snapshot window watching the stream)."""
+    for change in changes:
+        observe(change)
+        yield change
+
+
+@dataclass(frozen=True)
+class SnapshotBatch:
+    """Rows of one table to write as ``r`` events at stream position ``lsn``.
+
+    ``lsn``: the slot's consistent point (initial snapshot) or the chunk's high watermark (incremental), so
+    that ordering events by (commit LSN, LSN) puts snapshot rows after everything they already contain.
+    ``first``/``last``: the first or last row of the whole initial snapshot gets ``source.snapshot`` first/last.
+    ``done``: called once every row is acknowledged.
+    """
+
+    relation: Relation
+    rows: Sequence[Row]
+    lsn: int
+    ts_us: int
+    marker: Literal["true", "incremental"]
+    first: bool = False
+    last: bool = False
+    done: Callable[[], None] | None = None
+
+    def row_marker(self, index: int) -> str:
+        """``source.snapshot`` of row ``index``: first or last at the ends of the whole initial snapshot."""
+        if index == 0 and self.first:
+            return "first"
+        if self.last and index == len(self.rows) - 1:
+            return "last"
+        return self.marker

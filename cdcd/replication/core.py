@@ -1,0 +1,184 @@
+"""The replication core: walsender frames in, what to do out. Pure (in the style of h11): no socket, no Kafka.
+
+``frame`` takes one CopyData frame of a replication session (XLogData or primary keepalive) and returns at most
+one event for the I/O loop to act on:
+
+* ``Write``: hand a committed transaction to the sink, with the changes to write (iterated once);
+* ``Publish``: hand a non-transactional logical decoding message to the sink;
+* ``Watermark`` / ``SnapshotRequest``: cdcd's own control messages, for the snapshotter;
+* ``StatusRequested``: the server asked for a status update now.
+
+Row filters apply as changes arrive; transactions are assembled in bounded memory. While an incremental
+snapshot chunk is open, every change written is shown to its window (``watcher``) on its way to the sink.
+``status_due`` and ``status_update`` say when to report and what: the flush LSN is ``Progress.flushed_lsn``,
+never past what the sink finished (acknowledged), whatever the server sent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cdcd.assembly import Assembler
+from cdcd.batches import Transaction, observed
+from cdcd.filters import RowFilter
+from cdcd.pgoutput import DecodeError, Decoder
+from cdcd.pgoutput.messages import Change, LogicalMessage, Message, RowChange, StreamAbort
+from cdcd.progress import Progress
+from cdcd.snapshot.control import REQUEST_PREFIX, WATERMARK_PREFIX
+from cdcd.source.protocol import (
+    XLOGDATA_PAYLOAD_OFFSET,
+    parse_keepalive,
+    parse_xlogdata_header,
+    standby_status_update,
+)
+
+_W, _K = ord("w"), ord("k")
+_CONTROL = (WATERMARK_PREFIX, REQUEST_PREFIX)  # cdcd's own logical decoding messages, never published
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    transaction: Transaction
+    changes: Iterator[Change]
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    message: LogicalMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    message: LogicalMessage
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest:
+    message: LogicalMessage
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequested:
+    pass
+
+
+STATUS_REQUESTED = StatusRequested()
+Event = Write | Publish | Watermark | SnapshotRequest | StatusRequested
+
+
+class ChangeWatcher(Protocol):
+    """Sees the changes written while it is ``watching`` (an incremental snapshot's chunk window)."""
+
+    @property
+    def watching(self) -> bool: ...
+    def observe(self, change: Change) -> None: ...
+
+
+@dataclass
+class Stats:
+    transactions: int = 0
+    changes: int = 0
+    reconnects: int = 0
+    outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (plain|streamed, commit|abort)
+
+
+class ReplicationCore:
+    """One replication session's protocol state. ``progress`` and ``stats`` outlive it (the loop keeps them)."""
+
+    def __init__(
+        self,
+        decoder: Decoder,
+        assembler: Assembler,
+        progress: Progress,
+        *,
+        rowfilter: RowFilter | None = None,
+        messages: bool = False,
+        status_interval_s: float = 10.0,
+        stats: Stats | None = None,
+        recent_xids: deque[int] | None = None,
+    ) -> None:
+        self.decoder = decoder
+        self.assembler = assembler
+        self.progress = progress
+        self.rowfilter = rowfilter
+        self.messages = messages  # publish the user's logical decoding messages (source.messages)
+        self.status_interval_s = status_interval_s
+        self.stats = stats or Stats()
+        self.watcher: ChangeWatcher | None = None
+        # transactions just written, for the snapshot chunks' visibility check
+        self.recent_xids: deque[int] = deque(maxlen=4096) if recent_xids is None else recent_xids
+        self.next_status = 0.0  # when a status update is due (monotonic seconds)
+
+    def frame(self, frame: bytes) -> Event | None:
+        kind = frame[0]
+        if kind == _W:
+            data_start, wal_end = parse_xlogdata_header(frame)
+            self.progress.received(max(data_start, wal_end))
+            return self._payload(frame[XLOGDATA_PAYLOAD_OFFSET:], data_start)
+        if kind == _K:
+            keepalive = parse_keepalive(frame)
+            self.progress.idle(keepalive.wal_end, self.assembler.in_transaction)
+            return STATUS_REQUESTED if keepalive.reply_requested else None
+        raise DecodeError("CopyData", 0, f"unknown replication frame type {chr(kind)!r}")
+
+    def status_due(self, now: float) -> bool:
+        return now >= self.next_status
+
+    def status_update(self, now: float, now_pg_us: int) -> bytes:
+        """The standby status update to send now: received up to ``received_lsn``, flushed (confirmed) up to what
+        the sink finished."""
+        self.next_status = now + self.status_interval_s
+        progress = self.progress
+        return standby_status_update(progress.received_lsn, progress.flushed_lsn, progress.flushed_lsn, now_pg_us)
+
+    def reset(self) -> None:
+        """The session ended: unfinished transactions are dropped (the server sends them again)."""
+        self.assembler.reset()
+
+    def _payload(self, payload: bytes, wal_lsn: int) -> Event | None:
+        assembler = self.assembler
+        try:
+            message: Message | None = self.decoder.decode(payload, wal_lsn)
+            if message.__class__ is RowChange:
+                if self.rowfilter is not None:
+                    message = self.rowfilter.apply(message)
+                if message is not None:
+                    assembler.feed(message)  # a row change never finishes anything
+                return None
+            assert message is not None
+            if message.__class__ is LogicalMessage and not self._keep(message):
+                return None
+            aborted = assembler.aborted_transactions
+            done = assembler.feed(message)
+        except DecodeError as exc:
+            exc.wal_lsn = wal_lsn
+            raise
+        if assembler.aborted_transactions != aborted:  # a streamed abort, or a rolled-back prepared transaction
+            self.stats.outcomes["streamed" if message.__class__ is StreamAbort else "plain", "abort"] += 1
+        if done is None:
+            return None
+        if isinstance(done, Transaction):
+            return self._write(done)
+        if done.prefix == WATERMARK_PREFIX:
+            return Watermark(done)
+        if done.prefix == REQUEST_PREFIX:
+            return SnapshotRequest(done)
+        return Publish(done)
+
+    def _write(self, txn: Transaction) -> Write:
+        stats = self.stats
+        stats.outcomes["streamed" if txn.streamed else "plain", "commit"] += 1
+        stats.transactions += 1
+        stats.changes += txn.change_count
+        self.recent_xids.append(txn.xid)
+        watcher = self.watcher
+        if watcher is not None and watcher.watching:
+            return Write(txn, observed(txn.changes(), watcher.observe))
+        return Write(txn, txn.changes())
+
+    def _keep(self, message: LogicalMessage) -> bool:
+        """Messages are always requested (snapshot watermarks); the user's go on only with ``messages``."""
+        return self.messages or (not message.transactional and message.prefix in _CONTROL)

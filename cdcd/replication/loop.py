@@ -1,0 +1,276 @@
+"""The replication loop: the I/O around ``ReplicationCore``. Reads walsender frames, acts on the core's events
+(sink, snapshotter), sends status updates, keeps metrics' state, and reconnects.
+
+A lost connection is retried with exponential backoff; unfinished transactions are dropped and the server
+sends them again from the slot's confirmed position. Status updates go out every ``status_interval_s``,
+whenever the server asks, and once more on stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter, deque
+from functools import partial
+
+import structlog
+
+from cdcd.assembly import Assembler, BufferPool
+from cdcd.config import Settings
+from cdcd.filters import FilterPlan, FilterStats, RowFilter
+from cdcd.lsn import format_lsn, pg_now_us
+from cdcd.metrics import State
+from cdcd.notify import Notifier
+from cdcd.pgoutput import Decoder
+from cdcd.plan import Plans
+from cdcd.progress import Progress
+from cdcd.replication.core import Event, Publish, ReplicationCore, SnapshotRequest, Stats, Watermark, Write
+from cdcd.replication.start import check_timeline, resumable, slot_request
+from cdcd.sink import SessionContext, Sink
+from cdcd.snapshot.meter import SnapshotMeters
+from cdcd.snapshot.reader import SnapshotReader
+from cdcd.snapshot.runner import Snapshotter, start_state
+from cdcd.snapshot.state import StateStore
+from cdcd.source.walsender import SessionInfo, SourceDisconnected, Walsender
+
+log = structlog.get_logger("cdcd.replication")
+
+SNAPSHOT_BACKPRESSURE = 50_000  # messages in flight in the sink above which no snapshot chunk is read
+
+
+class _Stopped(Exception):
+    """Stop was requested during the initial snapshot."""
+
+
+class ReplicationLoop:
+    def __init__(
+        self, settings: Settings, sink: Sink, stop: threading.Event | None = None, notifier: Notifier | None = None
+    ) -> None:
+        self.settings = settings
+        self.notifier = notifier or Notifier(None)
+        self.sink = sink
+        self.stop = stop or threading.Event()
+        self.progress = Progress()
+        self.pool = BufferPool(settings.buffer.memory_limit, settings.buffer.spill_dir)
+        self.stats = Stats()
+        self.filter_stats = FilterStats()
+        self._next_slot_check = 0.0
+        self.core: ReplicationCore | None = None
+        self.snapshotter: Snapshotter | None = None
+        self.snapshot_rows: Counter[str] = Counter()  # rows snapshotted, by table
+        self.meters = SnapshotMeters(settings.snapshot.progress_interval_s)  # kept across reconnects
+        self._captured: list[str] = []
+        self._recent_xids: deque[int] = deque(maxlen=4096)  # transactions just written (chunk visibility check)
+        self._timeline = 0  # the server's timeline in the last session: a new one means a promotion
+        self.published_lsn = 0  # end of the last transaction handed to the sink, across sessions
+        self.state = State(
+            oldest_unacked_commit=self.progress.oldest_commit_time,
+            transactions=self.stats.outcomes,
+            open_streamed=lambda: self.core.assembler.open_streams if self.core else 0,
+            buffer_bytes=lambda: (self.pool.memory_bytes, self.pool.spilled_bytes),
+            filtered=self.filter_stats.filtered,
+            snapshot_tables_pending=lambda: len(self.snapshotter.state.queue) if self.snapshotter else 0,
+            snapshot_meters=self.meters,
+            slot=settings.source.slot,
+        )
+
+    def run(self) -> None:
+        """Stream until ``stop`` is set. Raises on errors that retrying cannot fix."""
+        reconnect = self.settings.source.reconnect
+        delay = reconnect.initial_backoff_s
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                self._session()
+                return
+            except _Stopped:
+                return
+            except SourceDisconnected as exc:
+                failures += 1
+                if reconnect.max_attempts and failures > reconnect.max_attempts:
+                    raise
+                self.stats.reconnects += 1
+                self._waiting_to_reconnect(str(exc), delay)
+                if self.stop.wait(delay):
+                    return
+                delay = min(delay * 2, reconnect.max_backoff_s)
+
+    def _waiting_to_reconnect(self, error: str, delay: float) -> None:
+        self.state.postgresql_up = self.state.streaming = False
+        self.state.phase = "reconnecting"
+        self.state.heartbeat = time.monotonic()  # waiting to retry is the loop working
+        self.notifier.watchdog()
+        self.notifier.status(f"reconnecting: {error}")
+        log.warning("source disconnected; retrying", error=error, retry_in_s=round(delay, 2),
+                    flushed_lsn=format_lsn(self.progress.flushed_lsn))  # fmt: skip
+
+    def _session(self) -> None:
+        source, mode = self.settings.source, self.settings.snapshot.mode
+        if mode == "initial_only":
+            source = source.model_copy(update={"temporary_slot": True})  # nothing streams from it afterwards
+        store = StateStore(self.settings.snapshot.state_dir, source.slot)
+        saved = None if source.temporary_slot else store.load()
+        with Walsender(source, self.settings.filters.push_down) as walsender:
+            request = slot_request(mode, saved, store.path)
+            info = walsender.open(export_snapshot=request.export_snapshot, replace_lost=request.replace_lost,
+                                  must_exist=request.must_exist)  # fmt: skip
+            saved = resumable(saved, info, source.slot)
+            log.info("connected", slot=source.slot, protocol=info.protocol_version, server=info.server_version,
+                     slot_created=info.slot_created, timeline=info.timeline)  # fmt: skip
+            previous, self._timeline = self._timeline, info.timeline
+            check_timeline(previous, info, walsender, self.published_lsn, self.progress.flushed_lsn)
+            plans = Plans()
+            decoder = Decoder(info.encoding, parallel_streaming=info.parallel_streaming)
+            core = self.core = ReplicationCore(
+                decoder,
+                Assembler(self.pool),
+                self.progress,
+                rowfilter=self._rowfilter(info.filter_plan, walsender, plans),
+                messages=source.messages,
+                status_interval_s=source.status_interval_s,
+                stats=self.stats,
+                recent_xids=self._recent_xids,
+            )
+            reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot)
+            try:
+                self._captured = reader.captured_tables([p.name for p in source.publications])
+                created = info.consistent_point if info.slot_created else None
+                state = start_state(saved, source.slot, mode, created, self._captured)
+                store.save(state)
+                self.snapshotter = core.watcher = Snapshotter(
+                    reader, self.sink, self.progress, store, state, info.filter_plan,
+                    self.settings.snapshot.chunk_size, decoder.types, self._count_snapshot_rows, self.meters,
+                )  # fmt: skip
+                self.state.postgresql_up = True
+                self.state.server, self.state.server_version = reader.server(), _version(info.server_version)
+                context = SessionContext(info.database, decoder.types, self._beat, plans)
+                if info.exported_snapshot is not None and state.initial == "running":
+                    self._initial_snapshot(info, self.snapshotter, context)
+                    if mode == "initial_only" or self.stop.is_set():
+                        return
+                walsender.start_replication(self.progress.flushed_lsn)
+                log.info("streaming", slot=source.slot, start_lsn=format_lsn(self.progress.flushed_lsn),
+                         snapshots_queued=len(state.queue))  # fmt: skip
+                self.state.streaming, self.state.phase = True, "streaming"
+                self.notifier.ready(f"streaming from slot {source.slot}")
+                keep_alive = partial(self._status_if_due, walsender, core)
+                self.sink.start_session(SessionContext(info.database, decoder.types, keep_alive, plans))
+                self._stream(walsender, core)
+            finally:
+                self.state.streaming = False
+                core.reset()
+                if self.snapshotter is not None:
+                    self.snapshotter.reset()
+                reader.close()
+            # Stopping: let the sink finish what it was handed, then confirm that much.
+            if not self.sink.flush(self.settings.sink.flush_timeout_s):
+                log.warning("sink did not finish before stopping; unconfirmed work will be sent again on restart")
+            self.sink.poll()
+            self._send_status(walsender, core)
+
+    def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, context: SessionContext) -> None:
+        """Read the tables in the slot's exported snapshot, and wait until the sink has all of it."""
+        self.notifier.ready("initial snapshot")
+        self.state.streaming = True  # ready: the daemon is doing its work (and Prometheus keeps scraping it)
+        self.state.phase = "initial snapshot"
+        self.sink.start_session(context)
+        assert info.exported_snapshot is not None
+        with contextlib.suppress(_Stopped):
+            snapshotter.run_initial(info.exported_snapshot, self._snapshot_poll)
+        while self.progress.pending and not self.stop.is_set():
+            self.sink.flush(1.0)
+            self._beat()
+        if self.stop.is_set():
+            self.sink.flush(self.settings.sink.flush_timeout_s)
+            self.sink.poll()  # saves the progress of what was acknowledged: a restart resumes after it
+            return
+        snapshotter.initial_finished()
+        point = format_lsn(info.consistent_point or 0)
+        log.info("initial snapshot done", rows=self.snapshot_rows.total(), consistent_point=point)
+
+    def _count_snapshot_rows(self, table: str, rows: int) -> None:
+        self.snapshot_rows[table] += rows
+
+    def _beat(self) -> None:
+        self.state.heartbeat = time.monotonic()
+        self.notifier.watchdog()
+
+    def _snapshot_poll(self) -> None:
+        self.sink.poll()
+        self._beat()
+        if self.stop.is_set():
+            raise _Stopped
+
+    def _stream(self, walsender: Walsender, core: ReplicationCore) -> None:
+        core.next_status = time.monotonic() + core.status_interval_s
+        frame, act, sink = core.frame, self._act, self.sink
+        while not self.stop.is_set():
+            frames = walsender.read(timeout=max(0.0, min(1.0, core.next_status - time.monotonic())))
+            reply = False
+            for data in frames:
+                event = frame(data)
+                if event is not None:
+                    reply = act(event) or reply
+            sink.poll()
+            snapshotter = self.snapshotter
+            if snapshotter is not None and snapshotter.pending and sink.in_flight() < SNAPSHOT_BACKPRESSURE:
+                snapshotter.next_chunk(core.recent_xids)
+            self._report(walsender)
+            if reply:
+                self._send_status(walsender, core)
+            else:
+                self._status_if_due(walsender, core)
+        self.state.phase = "stopping"
+
+    def _act(self, event: Event) -> bool:
+        """Carry out one of the core's events; True when the server asked for a status update."""
+        if isinstance(event, Write):
+            self.sink.write_transaction(event.transaction, event.changes, self.progress)
+            self.published_lsn = event.transaction.end_lsn
+        elif isinstance(event, Publish):
+            self.sink.write_message(event.message, self.progress)
+        elif isinstance(event, Watermark):
+            if self.snapshotter is not None:
+                self.snapshotter.watermark(event.message)
+        elif isinstance(event, SnapshotRequest):
+            if self.snapshotter is not None:
+                self.snapshotter.request(event.message, self._captured)
+        else:
+            return True
+        return False
+
+    def _report(self, walsender: Walsender) -> None:
+        """Refresh what metrics read; now and then ask the server how much WAL the slot retains."""
+        state, now = self.state, time.monotonic()
+        state.heartbeat = now
+        self.notifier.watchdog()
+        state.received_lsn, state.flushed_lsn = self.progress.received_lsn, self.progress.flushed_lsn
+        if now >= self._next_slot_check:
+            self._next_slot_check = now + self.settings.metrics.slot_check_interval_s
+            state.slot_retained_wal_bytes = walsender.slot_retained_wal()
+
+    def _status_if_due(self, walsender: Walsender, core: ReplicationCore) -> None:
+        self._beat()  # also called while blocked on a full sink queue
+        if core.status_due(time.monotonic()):
+            self._send_status(walsender, core)
+
+    def _rowfilter(self, plan: FilterPlan, walsender: Walsender, plans: Plans) -> RowFilter | None:
+        if not plan.has_filters:
+            return None
+        log.info("row filters active", tables=plan.filtered_tables(), unevaluable=self.settings.filters.unevaluable)
+        return RowFilter(plan, self.settings.filters.unevaluable, walsender.ancestors, self.filter_stats, plans)
+
+    def _send_status(self, walsender: Walsender, core: ReplicationCore) -> None:
+        try:
+            walsender.send(core.status_update(time.monotonic(), pg_now_us()))
+        except SourceDisconnected:
+            if not self.stop.is_set():
+                raise
+        progress = self.progress
+        log.debug("status sent", write=format_lsn(progress.received_lsn), flush=format_lsn(progress.flushed_lsn))
+
+
+def _version(server_version: int) -> str:
+    """150004 -> 15.4"""
+    return f"{server_version // 10000}.{server_version % 10000}"

@@ -1,0 +1,70 @@
+"""How a replication session starts: which slot to open and how, where to resume, what to snapshot, and whether
+the server was promoted since the last session. Decisions; the I/O is the walsender's, passed in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+
+from cdcd.lsn import format_lsn
+from cdcd.snapshot.state import SnapshotState
+from cdcd.source.failover import FAILOVER_VERSION, PromotionError, SlotSync, check_promotion, switch_point
+from cdcd.source.walsender import SessionInfo, SourceError
+
+log = structlog.get_logger("cdcd.replication")
+
+
+@dataclass(frozen=True)
+class SlotRequest:
+    """How to open the slot: export a snapshot (a new slot gets an initial snapshot), replace a lost slot, or
+    require that it exists (``must_exist`` says why)."""
+
+    export_snapshot: bool
+    replace_lost: bool
+    must_exist: str | None
+
+
+def slot_request(mode: str, saved: SnapshotState | None, state_path: Path) -> SlotRequest:
+    """``mode``: snapshot.mode; ``saved``: the snapshot state of an earlier run (None: none, or a temporary slot)."""
+    must_exist = None
+    if saved is not None and mode != "when_needed":
+        must_exist = f"{state_path} shows cdcd streamed from it"
+    return SlotRequest(export_snapshot=mode != "never", replace_lost=mode == "when_needed", must_exist=must_exist)
+
+
+def resumable(saved: SnapshotState | None, info: SessionInfo, slot: str) -> SnapshotState | None:
+    """The saved state still applies, unless the slot was made anew (it was lost: its changes are gone)."""
+    if saved is not None and info.slot_created:
+        log.error("the slot was lost or invalidated: changes it held are gone; snapshotting again", slot=slot)
+        return None
+    return saved
+
+
+class Promotions(Protocol):
+    """What the walsender tells about a promotion."""
+
+    def timeline_history(self, timeline: int) -> str: ...
+    def slot_sync(self) -> SlotSync | None: ...
+
+
+def check_timeline(previous: int, info: SessionInfo, source: Promotions, published_lsn: int, flushed_lsn: int) -> None:
+    """After a promotion (``previous`` timeline -> ``info.timeline``), the slot must have been synced and hold
+    nothing cdcd published beyond the new primary's history; a synced slot a little behind cdcd is normal:
+    streaming starts at cdcd's position. Raises SourceError otherwise."""
+    if not previous or previous == info.timeline or info.slot_created or info.server_version < FAILOVER_VERSION:
+        return
+    switch = switch_point(source.timeline_history(info.timeline), previous)
+    try:
+        lag = check_promotion(source.slot_sync(), published_lsn, flushed_lsn, switch)
+    except PromotionError as exc:
+        raise SourceError(f"after a failover (timeline {previous} -> {info.timeline}): {exc}") from None
+    log.warning(
+        "the server was promoted; going on from cdcd's own position",
+        previous_timeline=previous,
+        timeline=info.timeline,
+        slot=lag,
+        start_lsn=format_lsn(flushed_lsn),
+    )

@@ -1,0 +1,279 @@
+"""Debezium event shaping: committed transactions, logical decoding messages and snapshot batches in, Kafka
+records (topic, key bytes, value bytes, headers) out. Pure: the schema registry and topic creation are reached
+through the ``Registry`` passed in; sending the records is the sink's job.
+
+The rules of Debezium's PostgreSQL connector:
+
+* Table changes go to ``<prefix>.<schema>.<table>``, keyed by the replica identity (no key under REPLICA
+  IDENTITY FULL, where pgoutput flags every column), with op ``c``/``u``/``d`` (``r`` for snapshot rows).
+* A delete is followed by a tombstone (null value) under its key, unless ``tombstones_on_delete`` is off.
+* An update that changes the key becomes a delete of the old key (plus tombstone) and a create under the new
+  key, so each key's history stays in one partition; the delete names the new key in a ``__debezium.newkey``
+  header, the create the old one in ``__debezium.oldkey`` (the create lacks unchanged TOAST values, which a
+  consumer carries over from the old key's row).
+* A truncate is one ``t`` event per table, without key.
+* Logical decoding messages go to ``<prefix>.message`` (key: the prefix).
+* With the transaction topic, a transaction with events gets BEGIN and END events on ``<prefix>.transaction``
+  (END counts its events per topic), and every event names it in its ``transaction`` block with its order in
+  the transaction and on its topic.
+* Unchanged TOAST values are null and named in the envelope's ``unchanged_toast``.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
+from typing import Any, Protocol
+
+from cdcd import __version__
+from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
+from cdcd.avro.metadata import (
+    MESSAGE_KEY,
+    TRANSACTION_KEY,
+    TRANSACTION_VALUE,
+    TransactionEvent,
+    encode_message,
+    encode_transaction,
+    message_value_schema,
+)
+from cdcd.batches import SnapshotBatch, Transaction
+from cdcd.lsn import pg_to_unix_us
+from cdcd.pgoutput.messages import Change, LogicalMessage, Row, RowChange, Truncate, Type
+from cdcd.plan import Plans, RelationPlan, Wire
+
+# Debezium's op codes for row changes; truncate is "t", a logical decoding message "m", a snapshot row "r".
+OP_CODES = {"insert": "c", "update": "u", "delete": "d"}
+# Debezium's headers on the two events of a key change; the value is the other key, as the message key is sent.
+OLD_KEY_HEADER = "__debezium.oldkey"
+NEW_KEY_HEADER = "__debezium.newkey"
+
+Headers = list[tuple[str, str | bytes | None]]
+Record = tuple[str, bytes | None, bytes | None, Headers | None]  # topic, key, value, headers
+
+_TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._-]")
+_WIRE_HEADER = struct.Struct(">bI")  # Confluent wire format: magic byte 0, schema id
+
+
+def topic_name(prefix: str, schema: str, table: str) -> str:
+    """``<prefix>.<schema>.<table>`` with characters Kafka does not allow in topic names replaced by ``_``."""
+    return _TOPIC_INVALID.sub("_", f"{prefix}.{schema or 'pg_catalog'}.{table}")
+
+
+def wire_header(schema_id: int) -> bytes:
+    return _WIRE_HEADER.pack(0, schema_id)
+
+
+def key_changed(change: RowChange) -> bool:
+    if change.old_is_key:
+        return True  # PostgreSQL sends a K tuple only when the key changed
+    old, new = change.old, change.new
+    assert old is not None
+    assert new is not None
+    return any(old[i] != new[i] for i, c in enumerate(change.relation.columns) if c.is_key)
+
+
+class Registry(Protocol):
+    """Where schemas get their ids and topics come into being (the Kafka sink, over the network)."""
+
+    def schema_id(self, subject: str, schema: dict[str, Any]) -> int: ...
+    def ensure_topic(self, topic: str) -> None: ...
+
+
+class Order:
+    """Debezium's transaction block for one transaction: event order in total and per topic."""
+
+    __slots__ = ("counts", "id", "total")
+
+    def __init__(self, txn_id: str) -> None:
+        self.id = txn_id
+        self.counts: Counter[str] = Counter()
+        self.total = 0
+
+    def next(self, topic: str) -> TxInfo:
+        self.counts[topic] += 1
+        self.total += 1
+        return TxInfo(self.id, self.total, self.counts[topic])
+
+
+def _clock_us() -> int:
+    return time.time_ns() // 1000
+
+
+class EventShaper:
+    """Shapes one daemon's events; ``events`` counts them by (schema.table, op) (("", "m") for messages)."""
+
+    def __init__(
+        self,
+        prefix: str,
+        registry: Registry,
+        *,
+        transaction_topic: bool = True,
+        tombstones_on_delete: bool = True,
+        clock_us: Callable[[], int] = _clock_us,
+    ) -> None:
+        self.prefix = prefix
+        self.registry = registry
+        self.transaction_topic = transaction_topic
+        self.tombstones = tombstones_on_delete
+        self.clock_us = clock_us
+        self.database = ""
+        self.types: Mapping[int, Type] = {}
+        self.plans = Plans()
+        self.events: Counter[tuple[str, str]] = Counter()
+        self._last_commit_lsn: int | None = None
+        self._fixed: dict[str, tuple[bytes, bytes]] = {}  # topic -> wire headers of fixed-schema events
+
+    def start_session(self, database: str, types: Mapping[int, Type], plans: Plans) -> None:
+        self.database, self.types, self.plans = database, types, plans
+
+    # -- what goes in --------------------------------------------------------------------------------
+
+    def transaction(self, txn: Transaction, changes: Iterable[Change]) -> Iterator[Record]:
+        """The records of a committed transaction, in order; ``changes`` are its changes (``txn.changes()``)."""
+        now_us = self.clock_us()
+        order = Order(f"{txn.xid}:{txn.commit_lsn}")
+        source = SourceInfo(
+            version=__version__,
+            db=self.database,
+            ts_us=pg_to_unix_us(txn.commit_time),
+            tx_id=txn.xid,
+            commit_lsn=txn.commit_lsn,
+            last_commit_lsn=self._last_commit_lsn,
+            origin=txn.origin,
+        )
+        # Like Debezium, no BEGIN/END for a transaction without events (PostgreSQL 14 sends those; 15+ skips them).
+        metadata = self.transaction_topic and txn.change_count > 0
+        if metadata:
+            yield self._transaction_event(TransactionEvent("BEGIN", order.id, now_us // 1000))
+        for change in changes:
+            if change.__class__ is RowChange:
+                assert isinstance(change, RowChange)
+                yield from self._row(change, source, order, now_us)
+            elif isinstance(change, Truncate):
+                yield from self._truncate(change, source, order, now_us)
+            else:
+                assert isinstance(change, LogicalMessage)
+                yield self._message(change, source, now_us)
+        if metadata:
+            counts = tuple(sorted(order.counts.items()))
+            yield self._transaction_event(TransactionEvent("END", order.id, now_us // 1000, order.total, counts))
+        self._last_commit_lsn = txn.commit_lsn
+
+    def message(self, message: LogicalMessage) -> Record:
+        """A non-transactional logical decoding message."""
+        now_us = self.clock_us()
+        return self._message(message, SourceInfo(version=__version__, db=self.database, ts_us=now_us), now_us)
+
+    def snapshot(self, batch: SnapshotBatch) -> Iterator[Record]:
+        """A batch of snapshot rows as ``r`` events; ``source.snapshot`` marks the first and last of all."""
+        now_us = self.clock_us()
+        plan = self.plans.get(batch.relation)
+        wire = plan.wire or self.wire(plan)
+        encode, encode_key, key_header, value_header = (
+            wire.encoder.encode_value,
+            wire.encoder.encode_key,
+            wire.key_header,
+            wire.value_header,
+        )
+        lsn, topic = batch.lsn, wire.topic
+        source = SourceInfo(
+            version=__version__, db=self.database, ts_us=batch.ts_us, snapshot=batch.marker, commit_lsn=lsn
+        )
+        for i, row in enumerate(batch.rows):
+            marker = batch.row_marker(i)
+            marked = source if marker == batch.marker else replace(source, snapshot=marker)
+            key = None if key_header is None else key_header + encode_key(row)
+            yield topic, key, value_header + encode("r", None, row, marked, lsn, now_us), None
+        self.events[plan.table, "r"] += len(batch.rows)
+
+    # -- table changes -------------------------------------------------------------------------------
+
+    def _row(self, change: RowChange, source: SourceInfo, order: Order, now_us: int) -> Iterator[Record]:
+        plan = self.plans.get(change.relation)
+        wire = plan.wire or self.wire(plan)
+        old, new, lsn = change.old, change.new, change.wal_lsn
+        if change.op == "update" and old is not None and wire.key_header is not None and key_changed(change):
+            assert new is not None
+            old_key, new_key = _key(wire, old), _key(wire, new)
+            moved_to: Headers = [(NEW_KEY_HEADER, new_key)]
+            moved_from: Headers = [(OLD_KEY_HEADER, old_key)]
+            yield from self._event(plan, wire, "d", old_key, old, None, source, lsn, order, now_us, moved_to)
+            yield from self._event(plan, wire, "c", new_key, None, new, source, lsn, order, now_us, moved_from)
+            return
+        key_row = new if new is not None else old
+        key = None if wire.key_header is None or key_row is None else _key(wire, key_row)
+        yield from self._event(plan, wire, OP_CODES[change.op], key, old, new, source, lsn, order, now_us, None)
+
+    def _event(  # noqa: PLR0917 - one event's every part
+        self,
+        plan: RelationPlan,
+        wire: Wire,
+        op: str,
+        key: bytes | None,
+        old: Row | None,
+        new: Row | None,
+        source: SourceInfo,
+        lsn: int,
+        order: Order,
+        now_us: int,
+        headers: Headers | None,
+    ) -> Iterator[Record]:
+        value = wire.encoder.encode_value(op, old, new, source, lsn, now_us, order.next(wire.topic))
+        yield wire.topic, key, wire.value_header + value, headers
+        self.events[plan.table, op] += 1
+        if op == "d" and self.tombstones and key is not None:
+            yield wire.topic, key, None, None
+
+    def _truncate(self, change: Truncate, source: SourceInfo, order: Order, now_us: int) -> Iterator[Record]:
+        for relation in change.relations:
+            plan = self.plans.get(relation)
+            wire = plan.wire or self.wire(plan)
+            value = wire.encoder.encode_value("t", None, None, source, change.wal_lsn, now_us, order.next(wire.topic))
+            self.events[plan.table, "t"] += 1
+            yield wire.topic, None, wire.value_header + value, None
+
+    def wire(self, plan: RelationPlan) -> Wire:
+        """Build the plan's Kafka part: schemas registered, topic made."""
+        relation = plan.relation
+        schemas = build_schemas(relation, self.prefix, dict(self.types))
+        topic = topic_name(self.prefix, relation.schema, relation.name)
+        self.registry.ensure_topic(topic)
+        # Under REPLICA IDENTITY FULL pgoutput flags every column as key: that is no row identity to key by.
+        keyless = schemas.key is None or relation.replica_identity == "f"
+        key_header = None if keyless else wire_header(self.registry.schema_id(f"{topic}-key", schemas.key))  # type: ignore[arg-type]
+        value_header = wire_header(self.registry.schema_id(f"{topic}-value", schemas.envelope))
+        plan.wire = Wire(topic, EnvelopeEncoder(schemas), key_header, value_header)
+        return plan.wire
+
+    # -- fixed-schema events ---------------------------------------------------------------------------
+
+    def _message(self, message: LogicalMessage, source: SourceInfo, now_us: int) -> Record:
+        topic = f"{self.prefix}.message"
+        key, value = encode_message(self.prefix, message, source, now_us // 1000)
+        self.events["", "m"] += 1
+        key_header, value_header = self._fixed_headers(topic, MESSAGE_KEY, message_value_schema())
+        return topic, key_header + key, value_header + value, None
+
+    def _transaction_event(self, event: TransactionEvent) -> Record:
+        topic = f"{self.prefix}.transaction"
+        key, value = encode_transaction(event)
+        key_header, value_header = self._fixed_headers(topic, TRANSACTION_KEY, TRANSACTION_VALUE)
+        return topic, key_header + key, value_header + value, None
+
+    def _fixed_headers(self, topic: str, key: dict[str, Any], value: dict[str, Any]) -> tuple[bytes, bytes]:
+        headers = self._fixed.get(topic)
+        if headers is None:
+            self.registry.ensure_topic(topic)
+            key_id = self.registry.schema_id(f"{topic}-key", key)
+            value_id = self.registry.schema_id(f"{topic}-value", value)
+            headers = self._fixed[topic] = (wire_header(key_id), wire_header(value_id))
+        return headers
+
+
+def _key(wire: Wire, row: Row) -> bytes:
+    assert wire.key_header is not None
+    return wire.key_header + wire.encoder.encode_key(row)

@@ -1,0 +1,260 @@
+"""The replication core without a server: captured pgoutput streams (PG 14/15/17) framed as XLogData, keepalives,
+control messages, a reconnect mid-transaction and a sink that does not acknowledge."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from cdcd.assembly import Assembler, BufferPool
+from cdcd.batches import Transaction
+from cdcd.filters import FilterPlan, RowFilter
+from cdcd.pgoutput import DecodeError, Decoder
+from cdcd.pgoutput.messages import (
+    Begin,
+    Change,
+    Column,
+    Commit,
+    CommitPrepared,
+    LogicalMessage,
+    Message,
+    Relation,
+    RollbackPrepared,
+    RowChange,
+    StreamAbort,
+    StreamCommit,
+)
+from cdcd.progress import Progress
+from cdcd.replication.core import (
+    STATUS_REQUESTED,
+    Event,
+    Publish,
+    ReplicationCore,
+    SnapshotRequest,
+    Stats,
+    Watermark,
+    Write,
+)
+from cdcd.snapshot.control import REQUEST_PREFIX, WATERMARK_PREFIX
+from tests.capture_pgoutput import CaptureInfo, Fixture, FixtureMessage, fixture_paths, load_fixture
+from tests.pgoutput_encoder import encode
+
+FIXTURES = [load_fixture(path) for path in fixture_paths()]
+CASES = [
+    pytest.param(fx, capture, id=f"{fx.path.stem}-proto{capture.proto}-{capture.scenario}")
+    for fx in FIXTURES
+    for capture in fx.captures
+]
+REL = Relation(16384, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False)))
+_STATUS = struct.Struct(">cQQQq?")
+
+
+def xlogdata(lsn: int, payload: bytes) -> bytes:
+    return b"w" + struct.pack(">QQq", lsn, lsn, 0) + payload
+
+
+def keepalive(wal_end: int, reply: bool = False) -> bytes:
+    return b"k" + struct.pack(">Qq?", wal_end, 0, reply)
+
+
+def frames_of(messages: Iterable[FixtureMessage]) -> list[bytes]:
+    return [xlogdata(m.lsn, m.data) for m in messages]
+
+
+def built(*messages: tuple[int, Message]) -> list[bytes]:
+    return [xlogdata(lsn, encode(m)) for lsn, m in messages]
+
+
+def core_for(
+    tmp_path: Path, capture: CaptureInfo | None = None, progress: Progress | None = None, **options: object
+) -> ReplicationCore:
+    parallel = capture is not None and capture.options.get("streaming") == "parallel"
+    pool = BufferPool(1 << 16, tmp_path)  # small: the bulk streams spill
+    return ReplicationCore(Decoder(parallel_streaming=parallel), Assembler(pool), progress or Progress(), **options)  # type: ignore[arg-type]
+
+
+def run(core: ReplicationCore, frames: Iterable[bytes], ack: bool = True) -> list[Event]:
+    """Feed ``frames``; hand each written transaction to a sink that finishes it at once (``ack``) or never."""
+    events = []
+    for frame in frames:
+        event = core.frame(frame)
+        if event is None:
+            continue
+        if isinstance(event, Write):
+            changes = list(event.changes)
+            event = Write(event.transaction, iter(changes))
+            entry = core.progress.open(event.transaction.end_lsn)
+            entry.outstanding = len(changes)
+            if ack and entry.outstanding:
+                core.progress.ack(entry, entry.outstanding)
+            core.progress.seal(entry)
+        events.append(event)
+    return events
+
+
+def written(events: Iterable[Event]) -> list[Transaction]:
+    return [e.transaction for e in events if isinstance(e, Write)]
+
+
+def decoded(fx: Fixture, capture: CaptureInfo) -> list[Message]:
+    decoder = Decoder(parallel_streaming=capture.options.get("streaming") == "parallel")
+    return [decoder.decode(m.data, m.lsn) for m in fx.stream(capture.proto, capture.scenario)]
+
+
+def status_flush(core: ReplicationCore) -> int:
+    _, _, flush, apply, _, _ = _STATUS.unpack(core.status_update(0.0, 0))
+    assert apply == flush
+    return int(flush)
+
+
+@pytest.mark.parametrize(("fx", "capture"), CASES)
+def test_every_committed_transaction_is_written_once_in_commit_order(
+    tmp_path: Path, fx: Fixture, capture: CaptureInfo
+) -> None:
+    messages = decoded(fx, capture)
+    commits = [(m.commit_lsn, m.end_lsn) for m in messages if isinstance(m, Commit | StreamCommit | CommitPrepared)]
+    core = core_for(tmp_path, capture, messages=True)
+    txns = written(run(core, frames_of(fx.stream(capture.proto, capture.scenario))))
+    assert [(t.commit_lsn, t.end_lsn) for t in txns] == commits
+    assert core.progress.flushed_lsn == (commits[-1][1] if commits else 0)
+    assert status_flush(core) == core.progress.flushed_lsn
+    assert list(core.recent_xids) == [t.xid for t in txns]
+    aborted = sum(isinstance(m, StreamAbort) and m.xid == m.subxid for m in messages)
+    rolled_back = sum(isinstance(m, RollbackPrepared) for m in messages)
+    assert core.stats.outcomes["streamed", "abort"] == aborted
+    assert core.stats.outcomes["plain", "abort"] == rolled_back  # a prepared transaction rolled back
+    assert core.assembler.aborted_transactions == aborted + rolled_back
+    assert core.stats.transactions == len(commits)
+    assert core.assembler.pool.memory_bytes == 0  # everything written or discarded
+
+
+@pytest.mark.parametrize(("fx", "capture"), [c for c in CASES if "savepoint" in str(c.id)])
+def test_rolled_back_subtransactions_are_not_written(tmp_path: Path, fx: Fixture, capture: CaptureInfo) -> None:
+    messages = decoded(fx, capture)
+    rolled_back = {m.subxid for m in messages if isinstance(m, StreamAbort) and m.subxid != m.xid}
+    assert rolled_back
+    events = run(core_for(tmp_path, capture), frames_of(fx.stream(capture.proto, capture.scenario)))
+    changes = [c for e in events if isinstance(e, Write) for c in e.changes]
+    assert changes
+    assert not {c.xid for c in changes if isinstance(c, RowChange)} & rolled_back
+
+
+@pytest.mark.parametrize(("fx", "capture"), [c for c in CASES if "stream" in str(c.id)])
+def test_a_reconnect_mid_transaction_writes_each_transaction_once(
+    tmp_path: Path, fx: Fixture, capture: CaptureInfo
+) -> None:
+    frames = frames_of(fx.stream(capture.proto, capture.scenario))
+    clean = written(run(core_for(tmp_path / "clean", capture), frames))
+    progress = Progress()
+    first = core_for(tmp_path, capture, progress)
+    run(first, frames[: len(frames) // 2])
+    first.reset()  # the connection dropped mid-stream: the unfinished transactions are dropped
+    assert first.assembler.pool.memory_bytes == 0
+    assert first.assembler.pool.open_buffers == 0
+    confirmed = progress.flushed_lsn
+    # The server sends again from the slot's position (here: from the start, as when status updates lagged).
+    again = written(run(core_for(tmp_path, capture, progress), frames))
+    assert [(t.commit_lsn, t.change_count) for t in again] == [(t.commit_lsn, t.change_count) for t in clean]
+    assert progress.flushed_lsn >= confirmed
+
+
+def test_a_keepalive_on_an_idle_slot_confirms_its_position(tmp_path: Path) -> None:
+    core = core_for(tmp_path)
+    assert core.frame(keepalive(0x5000)) is None
+    assert core.progress.received_lsn == core.progress.flushed_lsn == 0x5000
+    assert status_flush(core) == 0x5000
+    assert core.frame(keepalive(0x6000, reply=True)) is STATUS_REQUESTED
+    assert status_flush(core) == 0x6000
+
+
+def test_a_keepalive_inside_a_transaction_confirms_nothing(tmp_path: Path) -> None:
+    core = core_for(tmp_path)
+    run(core, one_transaction(0x100)[:-1])  # Relation, Begin, Insert: no Commit yet
+    assert run(core, [keepalive(0x150)]) == []
+    assert core.progress.flushed_lsn == 0
+    assert core.progress.received_lsn == 0x150
+
+
+def one_transaction(first: int) -> list[bytes]:
+    return built(
+        (first, REL),
+        (first, Begin(first + 0x100, 0, 5)),
+        (first + 0x10, RowChange("insert", REL, None, ("1", "a"), False, None, first + 0x10, 10)),
+        (first + 0x100, Commit(0, first + 0x100, first + 0x108, 0)),
+    )
+
+
+def test_the_flush_lsn_stops_before_what_the_sink_did_not_acknowledge(tmp_path: Path) -> None:
+    core = core_for(tmp_path)
+    run(core, one_transaction(0x1000))
+    assert status_flush(core) == 0x1108
+    run(core, one_transaction(0x2000), ack=False)  # the sink failed: never acknowledged
+    run(core, one_transaction(0x3000))
+    run(core, [keepalive(0x9000)])
+    assert core.progress.received_lsn == 0x9000
+    assert status_flush(core) == 0x1108  # neither the unacknowledged transaction nor anything after it
+
+
+def test_control_messages_go_to_the_snapshotter_and_user_messages_only_when_asked(tmp_path: Path) -> None:
+    messages = built(
+        (0x10, LogicalMessage(False, 0x10, WATERMARK_PREFIX, b'{"id": "w"}')),
+        (0x20, LogicalMessage(False, 0x20, REQUEST_PREFIX, b'{"table": "public.t"}')),
+        (0x30, LogicalMessage(False, 0x30, "app", b"hello")),
+    )
+    kinds = [type(e) for e in run(core_for(tmp_path, messages=True), messages)]
+    assert kinds == [Watermark, SnapshotRequest, Publish]
+    assert [type(e) for e in run(core_for(tmp_path), messages)] == [Watermark, SnapshotRequest]
+
+
+def test_row_filters_apply_before_assembly(tmp_path: Path) -> None:
+    from cdcd.config import Publication, TableRef  # noqa: PLC0415
+
+    publication = Publication(name="p", tables=[TableRef(name="public.t", where="id > 1")])
+    stats = Stats()
+    core = core_for(tmp_path, rowfilter=RowFilter(FilterPlan([publication])), stats=stats)
+    frames = built(
+        (0x100, REL),
+        (0x100, Begin(0x200, 0, 5)),
+        (0x110, RowChange("insert", REL, None, ("1", "a"), False, None, 0x110, 10)),
+        (0x120, RowChange("insert", REL, None, ("2", "b"), False, None, 0x120, 10)),
+        (0x200, Commit(0, 0x200, 0x208, 0)),
+    )
+    (write,) = run(core, frames)
+    assert isinstance(write, Write)
+    assert [c.new for c in write.changes if isinstance(c, RowChange)] == [("2", "b")]
+    assert (stats.transactions, stats.changes) == (1, 1)
+
+
+def test_watched_changes_are_shown_to_the_window_on_their_way_to_the_sink(tmp_path: Path) -> None:
+    class Window:
+        watching = True
+
+        def __init__(self) -> None:
+            self.seen: list[Change] = []
+
+        def observe(self, change: Change) -> None:
+            self.seen.append(change)
+
+    core = core_for(tmp_path)
+    core.watcher = window = Window()
+    event = core.frame(one_transaction(0x100)[0])
+    events = [core.frame(f) for f in one_transaction(0x100)[1:]]
+    assert event is None
+    write = events[-1]
+    assert isinstance(write, Write)
+    assert window.seen == []  # nothing seen before the sink iterates
+    changes = list(write.changes)
+    assert window.seen == changes
+    assert len(changes) == 1
+
+
+def test_unknown_frames_and_bad_messages_are_decode_errors_with_their_position(tmp_path: Path) -> None:
+    core = core_for(tmp_path)
+    with pytest.raises(DecodeError, match="unknown replication frame type 'x'"):
+        core.frame(b"x")
+    with pytest.raises(DecodeError) as raised:
+        core.frame(xlogdata(0x4242, b"I\x00"))
+    assert raised.value.wal_lsn == 0x4242
