@@ -135,9 +135,15 @@ def build_workload(label: str, spec: list[ColumnSpec], rows: int, relation_id: i
     xid_part = _u32(XID) if streamed else b""
     columns = b"".join(_u8(1 if key else 0) + _cstring(name) + _u32(oid) + _i32(-1) for name, oid, key, _ in spec)
     relation = (
-        b"R" + xid_part + _u32(relation_id) + _cstring("public") + _cstring(label.replace(" ", "_"))
-        + b"d" + _i16(len(spec)) + columns
-    )  # fmt: skip
+        b"R"
+        + xid_part
+        + _u32(relation_id)
+        + _cstring("public")
+        + _cstring(label.replace(" ", "_"))
+        + b"d"
+        + _i16(len(spec))
+        + columns
+    )
     prefix = b"I" + xid_part + _u32(relation_id) + b"N"
     makers = [make for _, _, _, make in spec]
     inserts = [prefix + _tuple_data([make(i) for make in makers]) for i in range(rows)]
@@ -347,18 +353,22 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen or any(t not in specs for t in chosen):
         parser.error("--tables takes 4, 20 or 4,20")
 
-    print(f"cdcd core benchmark: python {sys.version.split()[0]}, {args.rows:,} rows per table, "
-          f"best/median of {args.repeat}, {'streamed block' if args.streamed else 'plain transaction'}, "
-          f"gc {'off' if args.no_gc else 'on'}")  # fmt: skip
+    print(
+        f"cdcd core benchmark: python {sys.version.split()[0]}, {args.rows:,} rows per table, "
+        f"best/median of {args.repeat}, {'streamed block' if args.streamed else 'plain transaction'}, "
+        f"gc {'off' if args.no_gc else 'on'}"
+    )
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="cdcd-bench-core-") as tmp:
         for relation_id, key in enumerate(chosen, start=16_384):
             spec = specs[key]
             started = time.perf_counter()
             workload = build_workload(f"{len(spec)} col", spec, args.rows, relation_id, args.streamed)
-            print(f"built {workload.label}: {args.rows:,} Insert messages, "
-                  f"{workload.insert_bytes / args.rows:.0f} B/message, {workload.insert_bytes / 2**20:.1f} MiB, "
-                  f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
+            print(
+                f"built {workload.label}: {args.rows:,} Insert messages, "
+                f"{workload.insert_bytes / args.rows:.0f} B/message, {workload.insert_bytes / 2**20:.1f} MiB, "
+                f"in {time.perf_counter() - started:.1f} s"
+            )
             try:
                 results += bench_workload(workload, args.repeat, spill_limit, full_limit, Path(tmp))
             except Failure as exc:
@@ -372,8 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r.label:<7} {r.stage:<38} {r.best:>8.3f} {r.median:>9.3f} {r.rows / r.best:>11,.0f} "
-              f"{r.best / r.rows * 1e6:>8.2f}  {r.extra}")  # fmt: skip
+        print(
+            f"{r.label:<7} {r.stage:<38} {r.best:>8.3f} {r.median:>9.3f} {r.rows / r.best:>11,.0f} "
+            f"{r.best / r.rows * 1e6:>8.2f}  {r.extra}"
+        )
     print("rows/s and µs/row from the best repetition")
     return 0
 

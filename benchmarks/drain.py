@@ -239,8 +239,16 @@ class Bench:
                 ).fetchone()
                 if row is not None:
                     end_lsn, source = parse_lsn(str(row[0])), "commit record end (pg_walinspect)"
-        return Setup(self.consumer_dsn, proto, server_version >= 140000, end_lsn, self.args.rows,
-                     end_lsn - wal_before, insert_s, source)  # fmt: skip
+        return Setup(
+            self.consumer_dsn,
+            proto,
+            server_version >= 140000,
+            end_lsn,
+            self.args.rows,
+            end_lsn - wal_before,
+            insert_s,
+            source,
+        )
 
     @staticmethod
     def _walinspect(conn: psycopg.Connection[Any]) -> bool:
@@ -325,8 +333,19 @@ class Bench:
         options = [f"proto_version={setup.proto}", f"publication_names={PUBLICATION}"]
         if setup.streaming:
             options += ["streaming=on", "messages=true"]
-        cmd = [self.args.pg_recvlogical, "-d", setup.dsn, "--slot", slot, "--start", "--no-loop",
-               "--endpos", format_lsn(setup.end_lsn), "-f", "/dev/null"]  # fmt: skip
+        cmd = [
+            self.args.pg_recvlogical,
+            "-d",
+            setup.dsn,
+            "--slot",
+            slot,
+            "--start",
+            "--no-loop",
+            "--endpos",
+            format_lsn(setup.end_lsn),
+            "-f",
+            "/dev/null",
+        ]
         for option in options:
             cmd += ["-o", option]
         log = self.workdir / f"{slot}.log"
@@ -343,8 +362,18 @@ class Bench:
         confirmed = self._slot(slot)[1]
         if confirmed is None or confirmed < setup.end_lsn:
             raise BenchError(f"pg_recvlogical exited, but the slot is confirmed only to {format_lsn(confirmed or 0)}")
-        return Run("pg_recvlogical", round_no, slot, seconds, watch.startup_s, watch.sent_s or seconds, exited.cpu_s,
-                   watch.walsender_cpu_s, exited.maxrss_kib, self._slot_stats(slot))  # fmt: skip
+        return Run(
+            "pg_recvlogical",
+            round_no,
+            slot,
+            seconds,
+            watch.startup_s,
+            watch.sent_s or seconds,
+            exited.cpu_s,
+            watch.walsender_cpu_s,
+            exited.maxrss_kib,
+            self._slot_stats(slot),
+        )
 
     def cdcd_command(
         self, setup: Setup, slot: str, args: list[str], profile: Path | None, **sections: Any
@@ -397,9 +426,19 @@ class Bench:
             raise BenchError(f"cdcd exited {watch.exited.code} before reaching the end LSN:\n{_log_tail(log)}")
         hwm = _vm_hwm_kib(proc.pid)
         exited = self.stop_cdcd(proc, log)
-        return Run("cdcd", round_no, slot, watch.seconds, watch.startup_s, watch.sent_s, exited.cpu_s,
-                   watch.walsender_cpu_s, max(hwm, exited.maxrss_kib), self._slot_stats(slot),
-                   profiled=profile is not None)  # fmt: skip
+        return Run(
+            "cdcd",
+            round_no,
+            slot,
+            watch.seconds,
+            watch.startup_s,
+            watch.sent_s,
+            exited.cpu_s,
+            watch.walsender_cpu_s,
+            max(hwm, exited.maxrss_kib),
+            self._slot_stats(slot),
+            profiled=profile is not None,
+        )
 
     # -- cleanup ----------------------------------------------------------------------------
 
@@ -468,25 +507,35 @@ def _report(setup: Setup, runs: list[Run], header: list[str]) -> None:
     print()
     for line in header:
         print(line)
-    print(f"transaction: {setup.rows:,} rows, {setup.wal_bytes / 2**20:.0f} MiB of WAL, inserted in "
-          f"{setup.insert_s:.1f} s; end LSN {format_lsn(setup.end_lsn)} ({setup.end_lsn_source})")  # fmt: skip
+    print(
+        f"transaction: {setup.rows:,} rows, {setup.wal_bytes / 2**20:.0f} MiB of WAL, inserted in "
+        f"{setup.insert_s:.1f} s; end LSN {format_lsn(setup.end_lsn)} ({setup.end_lsn_source})"
+    )
     print()
-    title = (f"{'consumer':<15} {'round':>5} {'seconds':>8} {'rows/s':>9} {'startup':>7} {'sent':>6} {'CPU s':>6} "
-             f"{'wsnd CPU':>8} {'peak RSS':>8} {'streamed':>8} {'spilled':>7} {'MiB sent':>8}")  # fmt: skip
+    title = (
+        f"{'consumer':<15} {'round':>5} {'seconds':>8} {'rows/s':>9} {'startup':>7} {'sent':>6} {'CPU s':>6} "
+        f"{'wsnd CPU':>8} {'peak RSS':>8} {'streamed':>8} {'spilled':>7} {'MiB sent':>8}"
+    )
     print(title)
     print("-" * len(title))
     for run in runs:
         s = run.stats
         name = run.consumer + (" (cProfile)" if run.profiled else "")
-        print(f"{name:<15} {run.round:>5} {run.seconds:>8.2f} {setup.rows / run.seconds:>9,.0f} "
-              f"{_fmt(run.startup_s):>7} {_fmt(run.sent_s):>6} {run.cpu_s:>6.2f} {_fmt(run.walsender_cpu_s):>8} "
-              f"{_mib(run.peak_rss_kib):>8} {s.get('stream_txns', '?')!s:>8} {s.get('spill_txns', '?')!s:>7} "
-              f"{(s.get('total_bytes') or 0) / 2**20:>8.0f}")  # fmt: skip
+        print(
+            f"{name:<15} {run.round:>5} {run.seconds:>8.2f} {setup.rows / run.seconds:>9,.0f} "
+            f"{_fmt(run.startup_s):>7} {_fmt(run.sent_s):>6} {run.cpu_s:>6.2f} {_fmt(run.walsender_cpu_s):>8} "
+            f"{_mib(run.peak_rss_kib):>8} {s.get('stream_txns', '?')!s:>8} {s.get('spill_txns', '?')!s:>7} "
+            f"{(s.get('total_bytes') or 0) / 2**20:>8.0f}"
+        )
     print("seconds: launch until done (pg_recvlogical exited at --endpos; cdcd's slot confirmed the end LSN)")
-    print("startup: launch until the slot is active; sent: until the walsender's sent_lsn reached the end LSN "
-          "(it has decoded everything; the rest is the consumer catching up)")  # fmt: skip
-    print("CPU s: the consumer's user+sys; wsnd CPU: the server walsender's (sampled every "
-          f"{POLL_S * 1000:.0f} ms, approximate); streamed/spilled/MiB sent: pg_stat_replication_slots")  # fmt: skip
+    print(
+        "startup: launch until the slot is active; sent: until the walsender's sent_lsn reached the end LSN "
+        "(it has decoded everything; the rest is the consumer catching up)"
+    )
+    print(
+        "CPU s: the consumer's user+sys; wsnd CPU: the server walsender's (sampled every "
+        f"{POLL_S * 1000:.0f} ms, approximate); streamed/spilled/MiB sent: pg_stat_replication_slots"
+    )
     print()
     timed = [r for r in runs if not r.profiled]
     summary: dict[str, tuple[float, float]] = {}
@@ -495,13 +544,17 @@ def _report(setup: Setup, runs: list[Run], header: list[str]) -> None:
         if mine:
             times = [r.seconds for r in mine]
             summary[consumer] = (min(times), statistics.median(times))
-            print(f"{consumer:<15} best {min(times):6.2f} s ({setup.rows / min(times):>9,.0f} rows/s)   "
-                  f"median {statistics.median(times):6.2f} s   peak RSS {_mib(max(r.peak_rss_kib for r in mine))}  "
-                  f"CPU {statistics.median(r.cpu_s for r in mine):.2f} s (median)")  # fmt: skip
+            print(
+                f"{consumer:<15} best {min(times):6.2f} s ({setup.rows / min(times):>9,.0f} rows/s)   "
+                f"median {statistics.median(times):6.2f} s   peak RSS {_mib(max(r.peak_rss_kib for r in mine))}  "
+                f"CPU {statistics.median(r.cpu_s for r in mine):.2f} s (median)"
+            )
     if len(summary) == 2:
         (rb, rm), (cb, cm) = summary["pg_recvlogical"], summary["cdcd"]
-        print(f"ratio cdcd / pg_recvlogical (time): best {cb / rb:.2f}x, median {cm / rm:.2f}x "
-              f"(cdcd's throughput is {rb / cb:.0%} of pg_recvlogical's)")  # fmt: skip
+        print(
+            f"ratio cdcd / pg_recvlogical (time): best {cb / rb:.2f}x, median {cm / rm:.2f}x "
+            f"(cdcd's throughput is {rb / cb:.0%} of pg_recvlogical's)"
+        )
 
 
 def _print_profile(path: Path) -> None:

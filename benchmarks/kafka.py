@@ -208,8 +208,10 @@ def _check_filter_log(log: Path, expected_filtered: int) -> None:
         raise BenchError(f"cdcd logged no 'stopped' line:\n{_log_tail(log)}")
     filtered, unevaluated = stopped[-1].get("filtered"), stopped[-1].get("unevaluated")
     if filtered != expected_filtered or unevaluated != 0:
-        raise BenchError(f"cdcd's row filter dropped {filtered} changes (expected {expected_filtered}), "
-                         f"{unevaluated} unevaluated (expected 0)")  # fmt: skip
+        raise BenchError(
+            f"cdcd's row filter dropped {filtered} changes (expected {expected_filtered}), "
+            f"{unevaluated} unevaluated (expected 0)"
+        )
 
 
 class _HwmSampler(threading.Thread):
@@ -316,8 +318,9 @@ class KafkaBench(Bench):
                     ).fetchone()
                     assert found is not None
                     matched[name] = (int(found[0]), int(found[1]))
-        setup = Setup(self.consumer_dsn, self.proto, self.streaming, end_lsn, rows, end_lsn - wal_before,
-                      generate_s, source)  # fmt: skip
+        setup = Setup(
+            self.consumer_dsn, self.proto, self.streaming, end_lsn, rows, end_lsn - wal_before, generate_s, source
+        )
         return Workload(workload, txns, setup, matched)
 
     # -- consumers --------------------------------------------------------------------------
@@ -340,11 +343,14 @@ class KafkaBench(Bench):
             ["run"],
             profile,
             sink={"kind": "kafka"},
-            kafka={"bootstrap_servers": args.bootstrap_servers, "topic_prefix": prefix,
-                   "transaction_topic": transaction_topic},
+            kafka={
+                "bootstrap_servers": args.bootstrap_servers,
+                "topic_prefix": prefix,
+                "transaction_topic": transaction_topic,
+            },
             schema_registry={"url": args.registry},
             metrics={"listen": "127.0.0.1:0"},
-        )  # fmt: skip
+        )
         if where is not None:
             _set_filter(cmd, where)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
@@ -361,9 +367,19 @@ class KafkaBench(Bench):
         exited = self.stop_cdcd(proc, log)
         self.delete_topics(prefix)
         label = f"cdcd {variant}" + (" (cProfile)" if profile is not None else "")
-        run = Run(label, round_no, slot, watch.seconds, watch.startup_s, watch.sent_s, exited.cpu_s,
-                  watch.walsender_cpu_s, max(hwm, self.peak_rss_kib(proc.pid)), self._slot_stats(slot),
-                  profiled=profile is not None)  # fmt: skip
+        run = Run(
+            label,
+            round_no,
+            slot,
+            watch.seconds,
+            watch.startup_s,
+            watch.sent_s,
+            exited.cpu_s,
+            watch.walsender_cpu_s,
+            max(hwm, self.peak_rss_kib(proc.pid)),
+            self._slot_stats(slot),
+            profiled=profile is not None,
+        )
         rows, txns = workload.matched[variant] if where is not None else (setup.rows, workload.txns)
         expected = {"public.bench": rows} | ({"transaction": 2 * txns} if transaction_topic else {})
         if where is not None:
@@ -381,8 +397,13 @@ class KafkaBench(Bench):
 
     def count_messages(self, prefix: str) -> dict[str, int]:
         """Messages per topic under ``prefix`` (the prefix and its dot removed): sum of high - low watermarks."""
-        consumer = Consumer({"bootstrap.servers": self.args.bootstrap_servers, "group.id": f"{prefix}-count",
-                             "enable.auto.commit": False})  # fmt: skip
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.args.bootstrap_servers,
+                "group.id": f"{prefix}-count",
+                "enable.auto.commit": False,
+            }
+        )
         counts: Counter[str] = Counter()
         try:
             for topic, partitions in self._topics(prefix).items():
@@ -487,8 +508,10 @@ def _describe(workload: Workload, args: argparse.Namespace) -> str:
         if workload.name == "large"
         else f"{workload.txns:,} transactions of {args.txn_rows} row{'s' * (args.txn_rows > 1)} ({setup.rows:,} rows)"
     )
-    return (f"workload {workload.name}: {what}, {setup.wal_bytes / 2**20:.0f} MiB of WAL, generated in "
-            f"{setup.insert_s:.1f} s; end LSN {format_lsn(setup.end_lsn)} ({setup.end_lsn_source})")  # fmt: skip
+    return (
+        f"workload {workload.name}: {what}, {setup.wal_bytes / 2**20:.0f} MiB of WAL, generated in "
+        f"{setup.insert_s:.1f} s; end LSN {format_lsn(setup.end_lsn)} ({setup.end_lsn_source})"
+    )
 
 
 def _count_text(result: Result) -> str:
@@ -502,20 +525,26 @@ def _report_workload(workload: Workload, results: list[Result], args: argparse.N
     setup = workload.setup
     print()
     print(_describe(workload, args))
-    title = (f"{'consumer':<22} {'round':>5} {'seconds':>8} {'rows/s':>9} {'startup':>7} {'sent':>6} {'CPU s':>6} "
-             f"{'wsnd CPU':>8} {'Kafka CPU':>9} {'peak RSS':>8} {'messages':>10}")  # fmt: skip
+    title = (
+        f"{'consumer':<22} {'round':>5} {'seconds':>8} {'rows/s':>9} {'startup':>7} {'sent':>6} {'CPU s':>6} "
+        f"{'wsnd CPU':>8} {'Kafka CPU':>9} {'peak RSS':>8} {'messages':>10}"
+    )
     print(title)
     print("-" * len(title))
     for result in results:
         run = result.run
         broker = "-" if result.label == "pg_recvlogical" else _fmt(result.broker_cpu_s)
-        print(f"{run.consumer:<22} {run.round:>5} {run.seconds:>8.2f} {setup.rows / run.seconds:>9,.0f} "
-              f"{_fmt(run.startup_s):>7} {_fmt(run.sent_s):>6} {run.cpu_s:>6.2f} {_fmt(run.walsender_cpu_s):>8} "
-              f"{broker:>9} {_mib(run.peak_rss_kib):>8} {_count_text(result):>10}")  # fmt: skip
+        print(
+            f"{run.consumer:<22} {run.round:>5} {run.seconds:>8.2f} {setup.rows / run.seconds:>9,.0f} "
+            f"{_fmt(run.startup_s):>7} {_fmt(run.sent_s):>6} {run.cpu_s:>6.2f} {_fmt(run.walsender_cpu_s):>8} "
+            f"{broker:>9} {_mib(run.peak_rss_kib):>8} {_count_text(result):>10}"
+        )
     for result in results:
         if result.messages is not None and result.messages != result.expected:
-            print(f"  {result.run.consumer} round {result.run.round}: Kafka holds {result.messages}, "
-                  f"expected {result.expected}")  # fmt: skip
+            print(
+                f"  {result.run.consumer} round {result.run.round}: Kafka holds {result.messages}, "
+                f"expected {result.expected}"
+            )
 
 
 def _width(variants: list[str]) -> int:
@@ -590,15 +619,20 @@ def _print_header(bench: KafkaBench, args: argparse.Namespace) -> None:
     recv_version = subprocess.run([args.pg_recvlogical, "--version"], capture_output=True, text=True, check=True)
     work_mem = str(_scalar(bench.admin, "SHOW logical_decoding_work_mem"))
     print(f"server: {_scalar(bench.admin, 'SELECT version()')}")
-    print(f"pg_recvlogical: {args.pg_recvlogical} ({recv_version.stdout.strip()}); cdcd: "
-          f"{' '.join(_cdcd_command())} run")  # fmt: skip
-    print(f"Kafka: {args.bootstrap_servers} ({len(brokers)} broker(s); broker pid "
-          f"{bench.broker_pid or 'not found: no Kafka CPU'}); registry: {args.registry}")  # fmt: skip
-    print("logical_decoding_work_mem: "
-          + (f"{args.work_mem} (set in both DSNs)" if args.work_mem else f"{work_mem} (server default)")
-          + f"; cdcd: buffer.memory_limit {args.memory_limit}, status_interval_s {args.status_interval}, "
-          f"variants {', '.join(args.variants)}; machine: {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(
+        f"pg_recvlogical: {args.pg_recvlogical} ({recv_version.stdout.strip()}); cdcd: {' '.join(_cdcd_command())} run"
+    )
+    print(
+        f"Kafka: {args.bootstrap_servers} ({len(brokers)} broker(s); broker pid "
+        f"{bench.broker_pid or 'not found: no Kafka CPU'}); registry: {args.registry}"
+    )
+    print(
+        "logical_decoding_work_mem: "
+        + (f"{args.work_mem} (set in both DSNs)" if args.work_mem else f"{work_mem} (server default)")
+        + f"; cdcd: buffer.memory_limit {args.memory_limit}, status_interval_s {args.status_interval}, "
+        f"variants {', '.join(args.variants)}; machine: {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
 
 
 def _run_workload(bench: KafkaBench, name: str, args: argparse.Namespace) -> tuple[Workload, list[Result], Path | None]:
@@ -634,15 +668,21 @@ def _run_workload(bench: KafkaBench, name: str, args: argparse.Namespace) -> tup
 
 def _print_summary(summary: list[str], filter_summary: list[str], variants: list[str]) -> None:
     print()
-    print("rows/s: best round; ratio = cdcd rows/s / pg_recvlogical rows/s (best, and of the medians); "
-          "seconds: launch until pg_recvlogical exited at --endpos / cdcd's slot confirmed the end LSN "
-          "(all messages acknowledged by Kafka)")  # fmt: skip
-    print("startup: until the slot is active; sent: until the walsender's sent_lsn reached the end; CPU s: the "
-          "consumer's; wsnd / Kafka CPU: the walsender's and the broker's during the run (sampled, approximate); "
-          "messages: in Kafka under the run's topic prefix when the end was confirmed")  # fmt: skip
+    print(
+        "rows/s: best round; ratio = cdcd rows/s / pg_recvlogical rows/s (best, and of the medians); "
+        "seconds: launch until pg_recvlogical exited at --endpos / cdcd's slot confirmed the end LSN "
+        "(all messages acknowledged by Kafka)"
+    )
+    print(
+        "startup: until the slot is active; sent: until the walsender's sent_lsn reached the end; CPU s: the "
+        "consumer's; wsnd / Kafka CPU: the walsender's and the broker's during the run (sampled, approximate); "
+        "messages: in Kafka under the run's topic prefix when the end was confirmed"
+    )
     print()
-    head = (f"{'workload':<6} {'cdcd':<{_width(variants)}} {'cdcd rows/s':>11} {'pg_recv rows/s':>15} {'ratio':>6} "
-            f"{'(median)':>7} {'cdcd RSS':>9} {'recv RSS':>9}  target >= {TARGET_RATIO}")  # fmt: skip
+    head = (
+        f"{'workload':<6} {'cdcd':<{_width(variants)}} {'cdcd rows/s':>11} {'pg_recv rows/s':>15} {'ratio':>6} "
+        f"{'(median)':>7} {'cdcd RSS':>9} {'recv RSS':>9}  target >= {TARGET_RATIO}"
+    )
     print(head)
     print("-" * len(head))
     for line in summary:
@@ -650,13 +690,17 @@ def _print_summary(summary: list[str], filter_summary: list[str], variants: list
     if not filter_summary:
         return
     print()
-    print("row filters (evaluated by cdcd; the server's publication has none, so it sends every row): rows/s = "
-          "the workload's rows (published or dropped) per second, best round; ratio = filter variant rows/s / tx "
-          "rows/s (best, and of the medians)")  # fmt: skip
+    print(
+        "row filters (evaluated by cdcd; the server's publication has none, so it sends every row): rows/s = "
+        "the workload's rows (published or dropped) per second, best round; ratio = filter variant rows/s / tx "
+        "rows/s (best, and of the medians)"
+    )
     for name in dict.fromkeys(v for v in variants if VARIANTS[v].where is not None):
         print(f"  {name}: WHERE {VARIANTS[name].where}  (publish: insert)")
-    head = (f"{'workload':<6} {'variant':<8} {'tx rows/s':>9} {'filter rows/s':>13} {'ratio':>6} {'(median)':>7} "
-            f"{'published':>11}")  # fmt: skip
+    head = (
+        f"{'workload':<6} {'variant':<8} {'tx rows/s':>9} {'filter rows/s':>13} {'ratio':>6} {'(median)':>7} "
+        f"{'published':>11}"
+    )
     print(head)
     print("-" * len(head))
     for line in filter_summary:

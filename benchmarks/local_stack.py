@@ -26,8 +26,9 @@ CDCD_ENV = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
 
 def stack_env(pg_version: str = "15") -> dict[str, str]:
     """The variables ``deploy/local/stack env`` exports (DSN, Kafka, registry, Spark jars)."""
-    out = subprocess.run(["bash", "-c", f'eval "$(PG_VERSION={pg_version} {STACK} env)" && env -0'],
-                         check=True, capture_output=True).stdout.decode()  # fmt: skip
+    out = subprocess.run(
+        ["bash", "-c", f'eval "$(PG_VERSION={pg_version} {STACK} env)" && env -0'], check=True, capture_output=True
+    ).stdout.decode()
     return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
 
 

@@ -79,8 +79,13 @@ def time_cdcd(dsn: str, sink: dict[str, Any], extra: dict[str, Any], work: Path)
     log = work / "cdcd.log"
     start = time.perf_counter()
     with log.open("wb") as err:
-        code = subprocess.run([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stderr=err, env=CDCD_ENV,
-                              stdout=subprocess.DEVNULL, check=False).returncode  # fmt: skip
+        code = subprocess.run(
+            [sys.executable, "-m", "cdcd", "run", "--config", str(path)],
+            stderr=err,
+            env=CDCD_ENV,
+            stdout=subprocess.DEVNULL,
+            check=False,
+        ).returncode
     seconds = time.perf_counter() - start
     if code != 0:
         raise SystemExit(f"cdcd exited {code}:\n{log.read_text()[-3000:]}")
@@ -96,13 +101,21 @@ def time_incremental(dsn: str, kafka: dict[str, Any], work: Path, chunk_size: in
     path = write_config(work, "incremental", dsn, slot, {"snapshot": snapshot, "sink": {"kind": "kafka"}, **kafka})
     log = work / "incremental.log"
     with log.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)], stderr=err, env=CDCD_ENV,
-                                stdout=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cdcd", "run", "--config", str(path)],
+            stderr=err,
+            env=CDCD_ENV,
+            stdout=subprocess.DEVNULL,
+        )
     try:
         wait_until(lambda: '"streaming"' in log.read_text(), proc, log, 0.02)
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "cdcd", "snapshot", "--config", str(path), "--table", "public.bench"],
-                       check=True, env=CDCD_ENV, stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "cdcd", "snapshot", "--config", str(path), "--table", "public.bench"],
+            check=True,
+            env=CDCD_ENV,
+            stdout=subprocess.DEVNULL,
+        )
         wait_until(lambda: '"table snapshot finished"' in log.read_text(), proc, log, 0.02)
         return time.perf_counter() - start
     finally:
@@ -124,8 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     bootstrap, registry_url = env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], env["CDCD_SCHEMA_REGISTRY__URL"]
     name = f"bench_{uuid.uuid4().hex[:8]}"
     prefix = f"snapbench_{uuid.uuid4().hex[:6]}"
-    results: dict[str, list[float]] = {"COPY TO STDOUT (psql)": [], "cdcd -> JSON lines": [], "cdcd -> Kafka": [],
-                                       "cdcd incremental -> Kafka": []}  # fmt: skip
+    results: dict[str, list[float]] = {
+        "COPY TO STDOUT (psql)": [],
+        "cdcd -> JSON lines": [],
+        "cdcd -> Kafka": [],
+        "cdcd incremental -> Kafka": [],
+    }
     reads: list[float] = []
     try:
         print(f"creating {args.rows:,} rows in {name}.bench ...", flush=True)
@@ -134,14 +151,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"COPY text size {size / 1e6:.1f} MB; chunk_size {args.chunk_size}; {args.repeat} round(s)\n")
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            snapshot = {"snapshot": {"mode": "initial_only", "state_dir": str(work / "state"),
-                                     "chunk_size": args.chunk_size}}  # fmt: skip
+            snapshot = {
+                "snapshot": {"mode": "initial_only", "state_dir": str(work / "state"), "chunk_size": args.chunk_size}
+            }
             for round_ in range(1, args.repeat + 1):
                 results["COPY TO STDOUT (psql)"].append(time_copy(dsn))
                 seconds, _ = time_cdcd(dsn, {"kind": "jsonl", "path": os.devnull}, snapshot, work)
                 results["cdcd -> JSON lines"].append(seconds)
-                kafka = {"kafka": {"bootstrap_servers": bootstrap, "topic_prefix": f"{prefix}_{round_}"},
-                         "schema_registry": {"url": registry_url}, **snapshot}  # fmt: skip
+                kafka = {
+                    "kafka": {"bootstrap_servers": bootstrap, "topic_prefix": f"{prefix}_{round_}"},
+                    "schema_registry": {"url": registry_url},
+                    **snapshot,
+                }
                 seconds, read = time_cdcd(dsn, {"kind": "kafka"}, kafka, work)
                 results["cdcd -> Kafka"].append(seconds)
                 reads.append(read["rows_per_s"])
@@ -149,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
                 if messages != args.rows:
                     print(f"Kafka holds {messages} messages, expected {args.rows}", file=sys.stderr)
                     return 1
-                kafka = {"kafka": {"bootstrap_servers": bootstrap, "topic_prefix": f"{prefix}_inc{round_}"},
-                         "schema_registry": {"url": registry_url}}  # fmt: skip
+                kafka = {
+                    "kafka": {"bootstrap_servers": bootstrap, "topic_prefix": f"{prefix}_inc{round_}"},
+                    "schema_registry": {"url": registry_url},
+                }
                 results["cdcd incremental -> Kafka"].append(time_incremental(dsn, kafka, work, args.chunk_size))
                 messages = count_messages(bootstrap, f"{prefix}_inc{round_}.public.bench")
                 if messages != args.rows:
@@ -169,8 +192,10 @@ def report(results: dict[str, list[float]], reads: list[float], rows: int, size:
     print(f"\n{'':24} {'best s':>8} {'median s':>9} {'rows/s':>10} {'MB/s':>7} {'vs COPY':>8}")
     for name, times in results.items():
         best = min(times)
-        print(f"{name:24} {best:8.2f} {statistics.median(times):9.2f} {rows / best:10,.0f} {size / 1e6 / best:7.1f}"
-              f" {copy_best / best:8.2f}")  # fmt: skip
+        print(
+            f"{name:24} {best:8.2f} {statistics.median(times):9.2f} {rows / best:10,.0f} {size / 1e6 / best:7.1f}"
+            f" {copy_best / best:8.2f}"
+        )
     print(f"\ncdcd -> Kafka, read phase only (its 'initial snapshot read' log line): best {max(reads):,.0f} rows/s")
 
 

@@ -125,8 +125,10 @@ def _request_snapshot(settings: Settings, table: str, where: str | None) -> int:
     except (SourceError, SourceDisconnected) as exc:
         print(f"cdcd snapshot: {exc}", file=sys.stderr)
         return EXIT_FAILURE
-    print(f"cdcd snapshot: queued {table} (request {request_id}); the daemon on slot {settings.source.slot}"
-          " picks it up from the replication stream")  # fmt: skip
+    print(
+        f"cdcd snapshot: queued {table} (request {request_id}); the daemon on slot {settings.source.slot}"
+        " picks it up from the replication stream"
+    )
     return EXIT_OK
 
 
@@ -175,8 +177,9 @@ def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Met
     metrics = Metrics(loop.state, sink, settings.metrics.health_timeout_s)
     loop.progress.on_done = metrics.observe_done
     port = metrics.serve(*address)
-    structlog.get_logger("cdcd").info("serving metrics", address=address[0], port=port,
-                                      paths=["/metrics", "/healthz", "/readyz"])  # fmt: skip
+    structlog.get_logger("cdcd").info(
+        "serving metrics", address=address[0], port=port, paths=["/metrics", "/healthz", "/readyz"]
+    )
     return metrics
 
 
@@ -208,8 +211,9 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
         log.error("row filter failed; stopping", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
         return EXIT_FAILURE
     except (DecodeError, AssemblyError) as exc:
-        log.error("cannot decode the replication stream", error=str(exc),
-                  flushed_lsn=format_lsn(loop.progress.flushed_lsn))  # fmt: skip
+        log.error(
+            "cannot decode the replication stream", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn)
+        )
         return EXIT_FAILURE
     except (SourceError, SourceDisconnected) as exc:
         log.error("source failed", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
@@ -218,8 +222,7 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
         log.error("sink failed; stopping", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
         return EXIT_FAILURE
     except (StateError, SnapshotError) as exc:
-        log.error("snapshot cannot go on; stopping", error=str(exc),
-                  flushed_lsn=format_lsn(loop.progress.flushed_lsn))  # fmt: skip
+        log.error("snapshot cannot go on; stopping", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
         return EXIT_FAILURE
     finally:
         if metrics is not None:
@@ -228,7 +231,14 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
         if opened is not None:
             opened.close()
     stats, filters = loop.stats, loop.filter_stats
-    log.info("stopped", flushed_lsn=format_lsn(loop.progress.flushed_lsn), transactions=stats.transactions,
-             changes=stats.changes, reconnects=stats.reconnects, filtered=filters.filtered.total(),
-             updates_transformed=filters.transformed.total(), unevaluated=filters.unevaluated.total())  # fmt: skip
+    log.info(
+        "stopped",
+        flushed_lsn=format_lsn(loop.progress.flushed_lsn),
+        transactions=stats.transactions,
+        changes=stats.changes,
+        reconnects=stats.reconnects,
+        filtered=filters.filtered.total(),
+        updates_transformed=filters.transformed.total(),
+        unevaluated=filters.unevaluated.total(),
+    )
     return EXIT_OK

@@ -75,36 +75,57 @@ class PipelineCollector(Collector):
         s = self.state
         yield _gauge("cdcd_build_info", "cdcd version", 1, version=__version__, python=platform.python_version())
         yield _gauge("cdcd_received_lsn", "Highest WAL position received from the server", s.received_lsn)
-        yield _gauge("cdcd_flushed_lsn", "WAL position confirmed to PostgreSQL (everything before it delivered)",
-                     s.flushed_lsn)  # fmt: skip
-        yield _gauge("cdcd_replication_lag_bytes", "Server WAL end minus the confirmed position",
-                     max(0, s.received_lsn - s.flushed_lsn))  # fmt: skip
+        yield _gauge(
+            "cdcd_flushed_lsn", "WAL position confirmed to PostgreSQL (everything before it delivered)", s.flushed_lsn
+        )
+        yield _gauge(
+            "cdcd_replication_lag_bytes",
+            "Server WAL end minus the confirmed position",
+            max(0, s.received_lsn - s.flushed_lsn),
+        )
         oldest = s.oldest_unacked_commit()
         lag_s = 0.0 if oldest is None else max(0.0, time.time() - oldest)
-        yield _gauge("cdcd_replication_lag_seconds", "Age of the oldest committed change not yet acknowledged by"
-                     " the sink; 0 when everything is delivered", lag_s)  # fmt: skip
+        yield _gauge(
+            "cdcd_replication_lag_seconds",
+            "Age of the oldest committed change not yet acknowledged by the sink; 0 when everything is delivered",
+            lag_s,
+        )
         if s.slot_retained_wal_bytes is not None:
-            yield _gauge("cdcd_slot_retained_wal_bytes", "WAL the slot keeps on the server (current WAL - restart_lsn)",
-                         s.slot_retained_wal_bytes)  # fmt: skip
-        yield _labelled(CounterMetricFamily("cdcd_events", "Change events written, by table and op",
-                                            labels=["table", "op"]), self.sink.events)  # fmt: skip
+            yield _gauge(
+                "cdcd_slot_retained_wal_bytes",
+                "WAL the slot keeps on the server (current WAL - restart_lsn)",
+                s.slot_retained_wal_bytes,
+            )
+        yield _labelled(
+            CounterMetricFamily("cdcd_events", "Change events written, by table and op", labels=["table", "op"]),
+            self.sink.events,
+        )
         filtered = {(table,): count for table, count in list(s.filtered.items())}
-        yield _labelled(CounterMetricFamily("cdcd_filtered_events", "Changes dropped by row filters, by table",
-                                            labels=["table"]), filtered)  # fmt: skip
-        yield _labelled(CounterMetricFamily("cdcd_transactions", "Transactions by kind and outcome",
-                                            labels=["kind", "outcome"]), s.transactions)  # fmt: skip
-        yield _gauge("cdcd_snapshot_tables_pending", "Table snapshots queued or running, not yet acknowledged"
-                     " (their rows count in cdcd_events_total{op=\"r\"})", s.snapshot_tables_pending())  # fmt: skip
+        yield _labelled(
+            CounterMetricFamily("cdcd_filtered_events", "Changes dropped by row filters, by table", labels=["table"]),
+            filtered,
+        )
+        yield _labelled(
+            CounterMetricFamily("cdcd_transactions", "Transactions by kind and outcome", labels=["kind", "outcome"]),
+            s.transactions,
+        )
+        yield _gauge(
+            "cdcd_snapshot_tables_pending",
+            'Table snapshots queued or running, not yet acknowledged (their rows count in cdcd_events_total{op="r"})',
+            s.snapshot_tables_pending(),
+        )
         yield from self._snapshot_tables()
-        yield _gauge("cdcd_open_streamed_transactions", "Streamed transactions buffered until commit",
-                     s.open_streamed())  # fmt: skip
+        yield _gauge(
+            "cdcd_open_streamed_transactions", "Streamed transactions buffered until commit", s.open_streamed()
+        )
         memory, spilled = s.buffer_bytes()
         buffers = GaugeMetricFamily("cdcd_buffer_bytes", "Buffered changes of open transactions", labels=["state"])
         buffers.add_metric(["memory"], memory)
         buffers.add_metric(["spilled"], spilled)
         yield buffers
-        yield _gauge("cdcd_in_flight_messages", "Messages handed to the sink and not yet acknowledged",
-                     self.sink.in_flight())  # fmt: skip
+        yield _gauge(
+            "cdcd_in_flight_messages", "Messages handed to the sink and not yet acknowledged", self.sink.in_flight()
+        )
         errors = CounterMetricFamily("cdcd_delivery_errors", "Messages the sink failed to deliver")
         errors.add_metric([], self.sink.delivery_errors)
         yield errors
@@ -116,10 +137,16 @@ class PipelineCollector(Collector):
     def _snapshot_tables(self) -> Iterator[Metric]:
         meters = self.state.snapshot_meters
         views = list(meters.tables.values())
-        rows = GaugeMetricFamily("cdcd_snapshot_rows", "Rows read by the latest snapshot of each table (a resumed"
-                                 " one counts the rows read before the restart)", labels=["table"])  # fmt: skip
-        estimated = GaugeMetricFamily("cdcd_snapshot_rows_estimated", "The planner's estimate of the rows of each"
-                                      " table's latest snapshot, taken when it started", labels=["table"])  # fmt: skip
+        rows = GaugeMetricFamily(
+            "cdcd_snapshot_rows",
+            "Rows read by the latest snapshot of each table (a resumed one counts the rows read before the restart)",
+            labels=["table"],
+        )
+        estimated = GaugeMetricFamily(
+            "cdcd_snapshot_rows_estimated",
+            "The planner's estimate of the rows of each table's latest snapshot, taken when it started",
+            labels=["table"],
+        )
         for meter in views:
             rows.add_metric([redact(meter.table)], meter.rows)
             if meter.estimated is not None:
@@ -127,10 +154,14 @@ class PipelineCollector(Collector):
         yield rows
         yield estimated
         done = meters.done
-        yield _gauge("cdcd_snapshot_tables", "Table snapshots of this process: finished plus still queued or running",
-                     done + self.state.snapshot_tables_pending())  # fmt: skip
-        yield _gauge("cdcd_snapshot_tables_done", "Table snapshots this process finished (every row acknowledged)",
-                     done)  # fmt: skip
+        yield _gauge(
+            "cdcd_snapshot_tables",
+            "Table snapshots of this process: finished plus still queued or running",
+            done + self.state.snapshot_tables_pending(),
+        )
+        yield _gauge(
+            "cdcd_snapshot_tables_done", "Table snapshots this process finished (every row acknowledged)", done
+        )
 
 
 def _gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamily:
@@ -152,9 +183,12 @@ class Metrics:
         self.state, self.sink, self.health_timeout_s = state, sink, health_timeout_s
         self.registry = CollectorRegistry()
         self.registry.register(PipelineCollector(state, sink))
-        self.latency = Histogram("cdcd_commit_to_ack_seconds", "From a transaction's commit on the server until"
-                                 " it and every earlier one are acknowledged by the sink", buckets=LATENCY_BUCKETS,
-                                 registry=self.registry)  # fmt: skip
+        self.latency = Histogram(
+            "cdcd_commit_to_ack_seconds",
+            "From a transaction's commit on the server until it and every earlier one are acknowledged by the sink",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self._server: WSGIServer | None = None
         self.events_rate = RateWindow()
         self._closing = threading.Event()

@@ -599,7 +599,6 @@ CODECS: Final[dict[int, Codec]] = {
     3802: _string("jsonb", _jsonb_binary),
 }
 NUMERIC_OID: Final = 1700
-INTERVAL_OID: Final = 1186
 
 # array type OID -> element type OID
 ARRAY_ELEMENTS: Final[dict[int, int]] = {

@@ -20,7 +20,7 @@ class Entry:
         self.done = done  # called once the entry is finished (after every entry before it)
         self.end_lsn = end_lsn
         self.commit_time = commit_time  # unix seconds of the commit on the server, when known
-        self.outstanding = 0
+        self.outstanding = 0  # messages handed over and not acknowledged yet: the sink counts them up itself
         self.sealed = False
 
 
@@ -52,9 +52,6 @@ class Progress:
         entry = Entry(end_lsn, commit_time, done)
         self._entries.append(entry)
         return entry
-
-    def add(self, entry: Entry, count: int = 1) -> None:
-        entry.outstanding += count
 
     def ack(self, entry: Entry, count: int = 1) -> None:
         entry.outstanding -= count

@@ -84,9 +84,11 @@ def render(status: dict[str, Any]) -> str:
     if status.get("server_version"):
         server += f" (PostgreSQL {status['server_version']})"
     rate = status.get("events_per_s")
-    events = "? (not measured yet)" if rate is None else (
-        f"{format_rate(rate, 'events')} over the last {format_duration(status.get('events_window_s'))}"
-    )  # fmt: skip
+    events = (
+        "? (not measured yet)"
+        if rate is None
+        else (f"{format_rate(rate, 'events')} over the last {format_duration(status.get('events_window_s'))}")
+    )
     lines = [
         ("state", f"{status.get('state', '?')}{health}"),
         ("slot", str(status.get("slot") or "?")),
@@ -97,14 +99,22 @@ def render(status: dict[str, Any]) -> str:
         ("slot WAL", f"{format_bytes(status.get('slot_retained_wal_bytes'))} retained on the server"),
         ("events", events),
         ("in flight", f"{status.get('in_flight_messages', 0):,} messages"),
-        ("buffers", f"{format_bytes(status.get('buffer_memory_bytes'))} in memory,"
-                    f" {format_bytes(status.get('buffer_spilled_bytes'))} spilled"),
-    ]  # fmt: skip
+        (
+            "buffers",
+            f"{format_bytes(status.get('buffer_memory_bytes'))} in memory,"
+            f" {format_bytes(status.get('buffer_spilled_bytes'))} spilled",
+        ),
+    ]
     snapshot = status.get("snapshot") or {}
     tables = snapshot.get("tables") or []
     if tables or snapshot.get("tables_pending"):
-        lines.append(("snapshots", f"{snapshot.get('tables_done', 0)} of {snapshot.get('tables_total', 0)} tables"
-                                   f" done, {snapshot.get('tables_pending', 0)} pending"))  # fmt: skip
+        lines.append(
+            (
+                "snapshots",
+                f"{snapshot.get('tables_done', 0)} of {snapshot.get('tables_total', 0)} tables"
+                f" done, {snapshot.get('tables_pending', 0)} pending",
+            )
+        )
     out = [f"{label:<10} {value}" for label, value in lines]
     width = max((len(t["table"]) for t in tables), default=0)
     out += [f"  {t['table']:<{width}} {table_line(t)}" for t in tables]
@@ -132,7 +142,9 @@ def status_url(address: tuple[str, int] | None) -> str:
         raise ValueError("metrics.listen is empty: the daemon serves no status; pass --url")
     host, port = address
     if port == 0:
-        raise ValueError("metrics.listen has port 0 (a free port picked at start): pass --url with the port the"
-                         " daemon logged in its 'serving metrics' line")  # fmt: skip
+        raise ValueError(
+            "metrics.listen has port 0 (a free port picked at start): pass --url with the port the"
+            " daemon logged in its 'serving metrics' line"
+        )
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

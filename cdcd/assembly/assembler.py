@@ -134,8 +134,9 @@ class Assembler:
             raise AssemblyError(
                 f"Commit LSN {message.commit_lsn:X} differs from the final LSN {txn.final_lsn:X} announced by Begin"
             )
-        return Transaction(txn.xid, message.commit_lsn, message.end_lsn, message.commit_time, False,
-                           txn.buffer, txn.origin)  # fmt: skip
+        return Transaction(
+            txn.xid, message.commit_lsn, message.end_lsn, message.commit_time, False, txn.buffer, txn.origin
+        )
 
     def _on_stream_start(self, message: StreamStart) -> None:
         if self._stream is not None or self._current is not None:
@@ -164,8 +165,9 @@ class Assembler:
 
     def _on_stream_commit(self, message: StreamCommit) -> Transaction:
         txn = self._take_stream(message.xid, "Stream Commit")
-        return Transaction(txn.xid, message.commit_lsn, message.end_lsn, message.commit_time, True,
-                           txn.buffer, txn.origin)  # fmt: skip
+        return Transaction(
+            txn.xid, message.commit_lsn, message.end_lsn, message.commit_time, True, txn.buffer, txn.origin
+        )
 
     def _on_stream_abort(self, message: StreamAbort) -> None:
         if self._stream is not None:
@@ -207,8 +209,9 @@ class Assembler:
             raise AssemblyError(
                 f"Commit Prepared for {message.gid!r}, whose prepared changes were not received in this session"
             )
-        return Transaction(txn.xid, message.commit_lsn, message.end_lsn, message.commit_time, False,
-                           txn.buffer, txn.origin, txn.gid)  # fmt: skip
+        return Transaction(
+            txn.xid, message.commit_lsn, message.end_lsn, message.commit_time, False, txn.buffer, txn.origin, txn.gid
+        )
 
     def _on_rollback_prepared(self, message: RollbackPrepared) -> None:
         self._require_idle("Rollback Prepared")

@@ -196,8 +196,17 @@ class ChangeBuffer:
 
     def _pack(self, change: Change) -> tuple[object, ...]:
         if isinstance(change, RowChange):
-            return (_ROW, change.op, self._relation_ref(change.relation), change.old, change.new,
-                    change.old_is_key, change.xid, change.wal_lsn, change.size)  # fmt: skip
+            return (
+                _ROW,
+                change.op,
+                self._relation_ref(change.relation),
+                change.old,
+                change.new,
+                change.old_is_key,
+                change.xid,
+                change.wal_lsn,
+                change.size,
+            )
         if isinstance(change, Truncate):
             refs = tuple(self._relation_ref(r) for r in change.relations)
             return (_TRUNCATE, refs, change.cascade, change.restart_identity, change.xid, change.wal_lsn)

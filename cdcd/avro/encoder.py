@@ -8,7 +8,7 @@ indexes, the op, the connector/name/schema/table strings of ``source``) are preb
 
 The output is byte for byte what ``fastavro.schemaless_writer`` writes for the same schema given the datums of
 ``cdcd.avro.types`` (the tests check this on random relations, rows and envelopes); ``value_record``,
-``key_record`` and ``envelope_record`` build those datum dicts (a slow reference path, also handy for JSON).
+and ``envelope_record`` build those datum dicts (a slow reference path, also handy for JSON).
 
 Unchanged TOAST values (``...`` in a row) are written as null and named in the envelope's
 ``unchanged_toast``; they are only valid in ``after`` (PostgreSQL flattens old tuples): one in ``before``, or
@@ -20,13 +20,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Protocol
 
 from cdcd.avro.schema import ColumnSchema, RelationSchemas
 from cdcd.avro.types import ConversionError, Datum, TypeMapping, identity
 from cdcd.pgoutput.messages import Row
-
-EnvelopeOp = Literal["c", "u", "d", "r", "t"]
 
 CONNECTOR: Final = "postgresql"
 
@@ -58,9 +56,12 @@ def varint(z: int) -> bytes:
         return _T14C[z & _M14] + _T14C[(z >> 14) & _M14] + _T14C[(z >> 28) & _M14] + _T14[z >> 42]
     if z < _LONG_LIMIT:
         return (
-            _T14C[z & _M14] + _T14C[(z >> 14) & _M14] + _T14C[(z >> 28) & _M14] + _T14C[(z >> 42) & _M14]
+            _T14C[z & _M14]
+            + _T14C[(z >> 14) & _M14]
+            + _T14C[(z >> 28) & _M14]
+            + _T14C[(z >> 42) & _M14]
             + _T14[z >> 56]
-        )  # fmt: skip
+        )
     raise OverflowError("value out of the Avro long range")
 
 
@@ -270,7 +271,6 @@ class EnvelopeEncoder:
         rel = schemas.relation
         self._connector_name = write_string(CONNECTOR) + write_string(schemas.prefix)
         self._schema_table = write_string(rel.schema or "pg_catalog") + write_string(rel.name)
-        self._strings: dict[str, bytes] = {}
         self.encode_value: EncodeValue = self._make_encode_value()
 
     # The hot path is a closure over locals (no attribute lookups per event).
@@ -292,9 +292,13 @@ class EnvelopeEncoder:
         def encode_source(s: SourceInfo) -> None:
             ts = s.ts_us
             cache[1] = (
-                write_string(s.version) + connector_name + write_long(ts // 1000) + write_long(ts)
-                + write_string(s.snapshot) + write_string(s.db)
-            )  # fmt: skip
+                write_string(s.version)
+                + connector_name
+                + write_long(ts // 1000)
+                + write_long(ts)
+                + write_string(s.snapshot)
+                + write_string(s.db)
+            )
             cache[2] = "[null," if s.last_commit_lsn is None else f'["{s.last_commit_lsn}",'
             cache[3] = schema_table + nullable_long(s.tx_id)
             cache[4] = nullable_long(s.commit_lsn) + (b"\x00" if s.origin is None else b"\x02" + write_string(s.origin))
@@ -436,9 +440,6 @@ class EnvelopeEncoder:
                 toast.append(col.field)
             out[col.field] = _datum(col, v)
         return out, toast
-
-    def key_record(self, row: Row) -> dict[str, Datum]:
-        return {c.field: _datum(c, row[c.index]) for c in self._key_columns}
 
     def envelope_record(  # noqa: PLR0917 - the same arguments as encode_value
         self,

@@ -117,8 +117,13 @@ class RowFilter:
             raise FilterFailure(f"row filter ({text}) on {table} cannot be evaluated: {exc}") from None
         if (table, text) not in self._warned:
             self._warned.add((table, text))
-            log.warning("row filter cannot be evaluated; applying filters.unevaluable", table=table, filter=text,
-                        reason=str(exc), decision=self.unevaluable)  # fmt: skip
+            log.warning(
+                "row filter cannot be evaluated; applying filters.unevaluable",
+                table=table,
+                filter=text,
+                reason=str(exc),
+                decision=self.unevaluable,
+            )
         return self.unevaluable == "publish"
 
     def _drop(self, relation: Relation) -> RowChange | None:
@@ -134,8 +139,12 @@ class RowFilter:
         rules = None if filters.unfiltered else self._rules_for(relation, table, filters)
         if filters.uncovered and (table, "uncovered") not in self._warned:
             self._warned.add((table, "uncovered"))
-            log.warning("no configured publication publishes these operations on the table; the server sent"
-                        " them, so cdcd passes them unfiltered", table=table, operations=filters.uncovered)  # fmt: skip
+            log.warning(
+                "no configured publication publishes these operations on the table; the server sent"
+                " them, so cdcd passes them unfiltered",
+                table=table,
+                operations=filters.uncovered,
+            )
         plan.filter, plan.filtered = rules, True
         return rules
 

@@ -39,7 +39,6 @@ from cdcd.pgoutput.messages import (
     Value,
 )
 
-_U8 = struct.Struct(">B").unpack_from
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
 _U32 = struct.Struct(">I").unpack_from
@@ -389,8 +388,14 @@ class Decoder:
     @staticmethod
     def _transaction_end(r: _Reader, event: str) -> tuple[int, int, int, int, int, str]:
         """Flags, <event> LSN, end LSN, <event> timestamp, Xid, GID: Prepare, Commit Prepared, Stream Prepare."""
-        return (r.u8("flags"), r.u64(f"{event} LSN"), r.u64("end LSN"), r.i64(f"{event} timestamp"),
-                r.u32("Xid"), r.string("GID"))  # fmt: skip
+        return (
+            r.u8("flags"),
+            r.u64(f"{event} LSN"),
+            r.u64("end LSN"),
+            r.i64(f"{event} timestamp"),
+            r.u32("Xid"),
+            r.string("GID"),
+        )
 
     def _prepare(self, r: _Reader, buf: bytes, wal_lsn: int) -> Prepare:
         return Prepare(*self._transaction_end(r, "prepare"))

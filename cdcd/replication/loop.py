@@ -102,8 +102,12 @@ class ReplicationLoop:
         self.state.heartbeat = time.monotonic()  # waiting to retry is the loop working
         self.notifier.watchdog()
         self.notifier.status(f"reconnecting: {error}")
-        log.warning("source disconnected; retrying", error=error, retry_in_s=round(delay, 2),
-                    flushed_lsn=format_lsn(self.progress.flushed_lsn))  # fmt: skip
+        log.warning(
+            "source disconnected; retrying",
+            error=error,
+            retry_in_s=round(delay, 2),
+            flushed_lsn=format_lsn(self.progress.flushed_lsn),
+        )
 
     def _session(self) -> None:
         source, mode = self.settings.source, self.settings.snapshot.mode
@@ -113,11 +117,20 @@ class ReplicationLoop:
         saved = None if source.temporary_slot else store.load()
         with Walsender(source, self.settings.filters.push_down) as walsender:
             request = slot_request(mode, saved, store.path)
-            info = walsender.open(export_snapshot=request.export_snapshot, replace_lost=request.replace_lost,
-                                  must_exist=request.must_exist)  # fmt: skip
+            info = walsender.open(
+                export_snapshot=request.export_snapshot,
+                replace_lost=request.replace_lost,
+                must_exist=request.must_exist,
+            )
             saved = resumable(saved, info, source.slot)
-            log.info("connected", slot=source.slot, protocol=info.protocol_version, server=info.server_version,
-                     slot_created=info.slot_created, timeline=info.timeline)  # fmt: skip
+            log.info(
+                "connected",
+                slot=source.slot,
+                protocol=info.protocol_version,
+                server=info.server_version,
+                slot_created=info.slot_created,
+                timeline=info.timeline,
+            )
             previous, self._timeline = self._timeline, info.timeline
             check_timeline(previous, info, walsender, self.published_lsn, self.progress.flushed_lsn)
             plans = Plans()
@@ -139,9 +152,17 @@ class ReplicationLoop:
                 state = start_state(saved, source.slot, mode, created, self._captured)
                 store.save(state)
                 self.snapshotter = core.watcher = Snapshotter(
-                    reader, self.sink, self.progress, store, state, info.filter_plan,
-                    self.settings.snapshot.chunk_size, decoder.types, self._count_snapshot_rows, self.meters,
-                )  # fmt: skip
+                    reader,
+                    self.sink,
+                    self.progress,
+                    store,
+                    state,
+                    info.filter_plan,
+                    self.settings.snapshot.chunk_size,
+                    decoder.types,
+                    self._count_snapshot_rows,
+                    self.meters,
+                )
                 self.state.postgresql_up = True
                 self.state.server, self.state.server_version = reader.server(), _version(info.server_version)
                 context = SessionContext(info.database, decoder.types, self._beat, plans)
@@ -150,8 +171,12 @@ class ReplicationLoop:
                     if mode == "initial_only" or self.stop.is_set():
                         return
                 walsender.start_replication(self.progress.flushed_lsn)
-                log.info("streaming", slot=source.slot, start_lsn=format_lsn(self.progress.flushed_lsn),
-                         snapshots_queued=len(state.queue))  # fmt: skip
+                log.info(
+                    "streaming",
+                    slot=source.slot,
+                    start_lsn=format_lsn(self.progress.flushed_lsn),
+                    snapshots_queued=len(state.queue),
+                )
                 self.state.streaming, self.state.phase = True, "streaming"
                 self.notifier.ready(f"streaming from slot {source.slot}")
                 keep_alive = partial(self._status_if_due, walsender, core)

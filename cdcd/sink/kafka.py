@@ -156,7 +156,7 @@ class KafkaSink:
         acked = self._acker(progress, entry)
         produce = self.producer.produce
         for topic, key, value, headers in records:
-            entry.outstanding += 1  # Progress.add, inlined: once per message
+            entry.outstanding += 1
             try:
                 if headers is None:
                     produce(topic, value, key, on_delivery=acked)
@@ -255,8 +255,11 @@ def check_kafka(kafka: KafkaSettings, registry: SchemaRegistrySettings, timeout:
     problems = []
     errors: list[str] = []  # what the client saw: names the cause (authentication, TLS) better than the timeout
     try:
-        config: dict[str, Any] = {**kafka.client_config(), "logger": library_logger("cdcd.librdkafka"),
-                                  "error_cb": lambda e: errors.append(e.str())}  # fmt: skip
+        config: dict[str, Any] = {
+            **kafka.client_config(),
+            "logger": library_logger("cdcd.librdkafka"),
+            "error_cb": lambda e: errors.append(e.str()),
+        }
         admin = AdminClient(config)
         try:
             metadata = admin.list_topics(timeout=timeout)

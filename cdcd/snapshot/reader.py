@@ -96,14 +96,16 @@ def describe(conn: Conn, name: str) -> SnapshotTable:
     return SnapshotTable(name, relation, key, key_types, info.partitioned, tuple(Type(*t) for t in types))
 
 
-def select_sql(table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None,
-               limit: int | None) -> sql.Composed:  # fmt: skip
+def select_sql(
+    table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None, limit: int | None
+) -> sql.Composed:
     """``COPY (<select_query>) TO STDOUT``."""
     return sql.SQL("COPY ({}) TO STDOUT").format(select_query(table, condition, after, limit))
 
 
-def select_query(table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None,
-                 limit: int | None) -> sql.Composed:  # fmt: skip
+def select_query(
+    table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None, limit: int | None
+) -> sql.Composed:
     """``SELECT <columns> FROM [ONLY] t WHERE ... ORDER BY <key> [LIMIT n]``; ``after`` is the last key read
     (text values, cast to the key's types)."""
     rel = table.relation
@@ -185,8 +187,9 @@ class SnapshotReader:
         info = self.conn.info
         return f"{info.host}:{info.port}/{info.dbname}"
 
-    def chunk(self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int,
-              watermark: str) -> ChunkRead:  # fmt: skip
+    def chunk(
+        self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, watermark: str
+    ) -> ChunkRead:
         """One incremental chunk: low watermark, then in one transaction the snapshot's xids, the table's
         description and up to ``limit`` rows after ``after``, then the high watermark."""
         conn = self.conn

@@ -75,8 +75,9 @@ class Reader(Protocol):
     def ancestors(self, relation_id: int) -> list[str]: ...
     def rows(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]: ...
     def estimate(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> int: ...
-    def chunk(self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int,
-              watermark: str) -> Chunk: ...  # fmt: skip
+    def chunk(
+        self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, watermark: str
+    ) -> Chunk: ...
 
 
 def key_values(relation: Relation, key_columns: Sequence[str], row: Row) -> list[str | None]:
@@ -139,8 +140,15 @@ class Snapshotter:
                 now = time.monotonic()
                 meter = self.meters.finish(item.table, item.id, now)
                 view = {} if meter is None else meter.view(now)
-                log.info("table snapshot finished", table=item.table, kind=item.kind, rows=item.rows, id=item.id,
-                         seconds=view.get("seconds"), estimated_rows=view.get("estimated_rows"))  # fmt: skip
+                log.info(
+                    "table snapshot finished",
+                    table=item.table,
+                    kind=item.kind,
+                    rows=item.rows,
+                    id=item.id,
+                    seconds=view.get("seconds"),
+                    estimated_rows=view.get("estimated_rows"),
+                )
             self.store.save(self.state)
 
         return done
@@ -151,8 +159,15 @@ class Snapshotter:
             return
         estimated = item.rows + self.reader.estimate(table, condition, after)
         self.meters.start(item.table, item.kind, item.id, estimated=estimated, rows=item.rows, now=time.monotonic())
-        log.info("snapshotting table", table=item.table, kind=item.kind, filtered=condition is not None,
-                 estimated_rows=estimated, rows_done=item.rows, id=item.id)  # fmt: skip
+        log.info(
+            "snapshotting table",
+            table=item.table,
+            kind=item.kind,
+            filtered=condition is not None,
+            estimated_rows=estimated,
+            rows_done=item.rows,
+            id=item.id,
+        )
 
     def _count(self, item: TableProgress, rows: int) -> None:
         """``rows`` more rows of ``item`` read; log its progress when due."""
@@ -197,11 +212,25 @@ class Snapshotter:
         if held is not None:
             self._write_initial(*held, lsn, first=first, last=True, final=True)
         seconds = time.monotonic() - start
-        log.info("initial snapshot read", rows=total, seconds=round(seconds, 2),
-                 rows_per_s=round(total / seconds) if seconds else None)  # fmt: skip
+        log.info(
+            "initial snapshot read",
+            rows=total,
+            seconds=round(seconds, 2),
+            rows_per_s=round(total / seconds) if seconds else None,
+        )
 
-    def _write_initial(self, item: TableProgress, relation: Relation, rows: list[Row], key: list[str | None] | None,
-                       lsn: int, *, first: bool, last: bool, final: bool) -> None:  # fmt: skip
+    def _write_initial(
+        self,
+        item: TableProgress,
+        relation: Relation,
+        rows: list[Row],
+        key: list[str | None] | None,
+        lsn: int,
+        *,
+        first: bool,
+        last: bool,
+        final: bool,
+    ) -> None:
         done = self._saved(item, key, len(rows), final)
         self.sink.write_snapshot(
             SnapshotBatch(relation, rows, lsn, time.time_ns() // 1000, "true", first, last, done), self.progress
@@ -235,8 +264,10 @@ class Snapshotter:
                     " primary key or replica identity index to continue by. Drop the slot and remove"
                     f" {self.store.path} to snapshot again from the start"
                 )
-            log.error("cannot snapshot a table without a primary key or replica identity index incrementally;"
-                      " skipped", table=item.table)  # fmt: skip
+            log.error(
+                "cannot snapshot a table without a primary key or replica identity index incrementally; skipped",
+                table=item.table,
+            )
             self.state.finish(item)
             self.store.save(self.state)
             return
@@ -245,8 +276,9 @@ class Snapshotter:
         self._begin(item, table, condition, after)
         chunk = self.reader.chunk(item.table, condition, after, self.chunk_size, watermark)
         if not ChunkWindow.admits(chunk.xids, recent_xids):
-            log.debug("chunk snapshot misses a transaction the stream already emitted; reading it again",
-                      table=item.table)  # fmt: skip
+            log.debug(
+                "chunk snapshot misses a transaction the stream already emitted; reading it again", table=item.table
+            )
             return
         relation = chunk.table.relation
         rows = chunk.rows
@@ -300,8 +332,9 @@ class Snapshotter:
             return
         table = str(content.get("table"))
         if table not in captured:
-            log.error("snapshot request for a table cdcd does not capture; ignored", table=table,
-                      captured=list(captured))  # fmt: skip
+            log.error(
+                "snapshot request for a table cdcd does not capture; ignored", table=table, captured=list(captured)
+            )
             return
         where = content.get("where") or None
         item = TableProgress(table, "incremental", where, id=str(content.get("id") or uuid.uuid4().hex[:12]))
@@ -343,14 +376,21 @@ def start_state(
         return fresh
     if state is None:
         if snapshots:
-            log.warning("the slot exists but no snapshot state was found: nothing is snapshotted now"
-                        " (use `cdcd snapshot --table` to snapshot a table)", slot=slot)  # fmt: skip
+            log.warning(
+                "the slot exists but no snapshot state was found: nothing is snapshotted now"
+                " (use `cdcd snapshot --table` to snapshot a table)",
+                slot=slot,
+            )
         return SnapshotState(slot=slot, known_tables=list(captured))
     for item in state.queue:
         if item.kind == "initial":
             item.kind, item.resumed_initial = "incremental", True
-            log.warning("initial snapshot was interrupted: continuing it incrementally", table=item.table,
-                        after_key=item.last_key, rows_done=item.rows)  # fmt: skip
+            log.warning(
+                "initial snapshot was interrupted: continuing it incrementally",
+                table=item.table,
+                after_key=item.last_key,
+                rows_done=item.rows,
+            )
     if state.initial == "running":
         state.initial = "done"
     if mode in ("initial", "when_needed"):

@@ -114,9 +114,14 @@ def read_publication(conn: Conn, name: str) -> Publication | None:
     ).fetchall()
     schemas: list[str] = []
     if conn.info.server_version >= 150000:
-        schemas = [r[0] for r in conn.execute(
-            "SELECT n.nspname FROM pg_publication_namespace p JOIN pg_namespace n ON n.oid = p.pnnspid"
-            " WHERE p.pnpubid = %s ORDER BY 1", [oid]).fetchall()]  # fmt: skip
+        schemas = [
+            r[0]
+            for r in conn.execute(
+                "SELECT n.nspname FROM pg_publication_namespace p JOIN pg_namespace n ON n.oid = p.pnnspid"
+                " WHERE p.pnpubid = %s ORDER BY 1",
+                [oid],
+            ).fetchall()
+        ]
     return Publication(
         name=name,
         all_tables=all_tables,
@@ -201,9 +206,13 @@ def _schema_tables(conn: Conn, publication: Publication) -> list[TableRef]:
         " WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1",
         [publication.schemas],
     ).fetchall()
-    log.warning("PostgreSQL 14 has no FOR TABLES IN SCHEMA: publishing the schemas' current tables; tables"
-                " created later are added when cdcd restarts", publication=publication.name,
-                schemas=publication.schemas, tables=len(rows))  # fmt: skip
+    log.warning(
+        "PostgreSQL 14 has no FOR TABLES IN SCHEMA: publishing the schemas' current tables; tables"
+        " created later are added when cdcd restarts",
+        publication=publication.name,
+        schemas=publication.schemas,
+        tables=len(rows),
+    )
     return [TableRef(name=r[0]) for r in rows]
 
 

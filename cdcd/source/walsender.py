@@ -45,9 +45,7 @@ class SourceDisconnected(ConnectionError):
 
 @dataclass(frozen=True)
 class SessionInfo:
-    system_id: str
     timeline: int
-    server_wal_lsn: int
     database: str
     server_version: int
     protocol_version: int
@@ -135,12 +133,9 @@ class Walsender:
         system = self._command("IDENTIFY_SYSTEM")
         created = self._ensure_slot(admin, server_version, export_snapshot, replace_lost, must_exist)
         proto = self.settings.protocol_version
-        self._server_version = server_version
         self._proto_version = protocol_version_for(server_version) if proto == "auto" else int(proto)
         return SessionInfo(
-            system_id=system[0],
             timeline=int(system[1]),
-            server_wal_lsn=parse_lsn(system[2]),
             database=system[3],
             server_version=server_version,
             protocol_version=self._proto_version,
@@ -265,8 +260,11 @@ class Walsender:
                     f"slot {slot!r} was invalidated ({_why(wal_status)}): the changes it held are gone. Set"
                     " snapshot.mode: when_needed to replace it with a new slot and snapshot, or drop it"
                 )
-            log.error("slot was invalidated: the changes it held are gone; dropping it, creating a new one and"
-                      " snapshotting", slot=slot, reason=wal_status)  # fmt: skip
+            log.error(
+                "slot was invalidated: the changes it held are gone; dropping it, creating a new one and snapshotting",
+                slot=slot,
+                reason=wal_status,
+            )
             admin.execute("SELECT pg_drop_replication_slot(%s)", [slot])
         elif must_exist is not None:
             raise SourceError(

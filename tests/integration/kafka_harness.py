@@ -55,9 +55,14 @@ class Run:
         self.positions: dict[tuple[str, int], int] = {}  # next offset to read, per topic partition
 
     def _new_consumer(self) -> Consumer:
-        consumer = Consumer({"bootstrap.servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
-                             "group.id": f"{self.prefix}-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
-                             "topic.metadata.refresh.interval.ms": 500})  # fmt: skip
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
+                "group.id": f"{self.prefix}-{uuid.uuid4().hex[:6]}",
+                "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": 500,
+            }
+        )
         consumer.subscribe([f"^{self.prefix}\\..*"])
         return consumer
 
@@ -71,24 +76,36 @@ class Run:
     def start(self, source: dict[str, Any] | None = None, extra: dict[str, Any] | None = None, **kafka: Any) -> Run:
         """Start `cdcd run`; ``source`` keys override the source section, ``extra`` adds top-level sections."""
         config = {
-            "source": {"dsn": self.db.dsn(self.db.server.streaming_options), "slot": self.slot,
-                       "publications": [{"name": "cdcd_pub"}], "status_interval_s": 0.3, **(source or {})},
+            "source": {
+                "dsn": self.db.dsn(self.db.server.streaming_options),
+                "slot": self.slot,
+                "publications": [{"name": "cdcd_pub"}],
+                "status_interval_s": 0.3,
+                **(source or {}),
+            },
             "sink": {"kind": "kafka", "flush_timeout_s": 20},
-            "kafka": {"bootstrap_servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], "topic_prefix": self.prefix,
-                      **kafka},
+            "kafka": {
+                "bootstrap_servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
+                "topic_prefix": self.prefix,
+                **kafka,
+            },
             "schema_registry": {"url": self.env["CDCD_SCHEMA_REGISTRY__URL"]},
             "buffer": {"spill_dir": str(self.tmp_path / "spill"), "memory_limit": "256KiB"},
             "snapshot": {"state_dir": str(self.tmp_path / "state"), "chunk_size": 2000},
             "log": {"format": "json"},
             "metrics": {"listen": "127.0.0.1:0"},
             **(extra or {}),
-        }  # fmt: skip
+        }
         path = self.tmp_path / "run.yaml"
         path.write_text(yaml.safe_dump(config))
         env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)],
-                                         stdout=subprocess.DEVNULL, stderr=log, env=env)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cdcd", "run", "--config", str(path)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env,
+            )
         deadline = time.monotonic() + 30
         while not self.db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", [self.slot]):
             self._check_alive()

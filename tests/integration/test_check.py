@@ -122,8 +122,9 @@ def test_run_streams_to_the_configured_sink_and_stops_on_sigterm(db: Database, t
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
-    proc = subprocess.Popen([sys.executable, "-m", "cdcd", "run", "--config", str(path)], env=env,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cdcd", "run", "--config", str(path)], env=env, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 30
         while not db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", [f"s_{db.name}"]):

@@ -107,12 +107,16 @@ class Workload(threading.Thread):
         count = BIG_ROWS if big else 5
         first, self.next_id = self.next_id, self.next_id + count
         with conn.transaction(), conn.cursor() as cur:
-            cur.execute("INSERT INTO items SELECT i, 'w', i FROM generate_series(%s::int, %s::int) i",
-                        [first, first + count - 1])  # fmt: skip
+            cur.execute(
+                "INSERT INTO items SELECT i, 'w', i FROM generate_series(%s::int, %s::int) i",
+                [first, first + count - 1],
+            )
             cur.execute("UPDATE items SET v = v || 'u', n = n + 1 WHERE id = %s", [rng.randrange(1, first)])
             cur.execute("DELETE FROM items WHERE id = %s", [rng.randrange(1, first)])
-            cur.execute("INSERT INTO audit VALUES (%s, 'a', 0) ON CONFLICT (id) DO UPDATE SET n = audit.n + 1",
-                        [rng.randrange(1, 50)])  # fmt: skip
+            cur.execute(
+                "INSERT INTO audit VALUES (%s, 'a', 0) ON CONFLICT (id) DO UPDATE SET n = audit.n + 1",
+                [rng.randrange(1, 50)],
+            )
 
 
 def failover_warnings(pair: Pair, run: Run) -> list[str]:
@@ -196,8 +200,10 @@ def test_failover_mid_stream_loses_nothing(pair: Pair, ha_run: Run) -> None:
     snapshot_rows = sum(1 for e in events if e.topic.endswith(".items") and e.value and e.value["op"] == "r")
     assert snapshot_rows == SEED_ROWS, "a new snapshot was taken after the failover"
     assert log.count('"slot_created": true') == 1
-    print(f"\npg{pair.version} failover: {workload.committed} transactions, {len(events)} events, "
-          f"{duplicates(events)} duplicates")  # fmt: skip
+    print(
+        f"\npg{pair.version} failover: {workload.committed} transactions, {len(events)} events, "
+        f"{duplicates(events)} duplicates"
+    )
     assert run.stop() == 0
 
 

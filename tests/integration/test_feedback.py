@@ -36,8 +36,10 @@ def test_idle_slot_confirms_wal_written_elsewhere(db: Database, tail_factory: Ca
     start = confirmed_flush(db, tail.slot)
     with db.connect() as conn:
         for i in range(20):
-            conn.execute("INSERT INTO unpublished SELECT g, repeat('x', 500) FROM generate_series(%s::int, %s::int) g",
-                         [i * 100, i * 100 + 99])  # fmt: skip
+            conn.execute(
+                "INSERT INTO unpublished SELECT g, repeat('x', 500) FROM generate_series(%s::int, %s::int) g",
+                [i * 100, i * 100 + 99],
+            )
         target = parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])  # type: ignore[index]
     assert target > start
     wait_until(lambda: confirmed_flush(db, tail.slot) >= target, "the slot to confirm WAL with nothing to emit")

@@ -16,8 +16,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.every_pg]  # version-sensitiv
 
 
 def managed(*publications: dict[str, Any], push_down: bool = True) -> dict[str, Any]:
-    return {"source": {"publications": list(publications), "manage_publications": True},
-            "extra": {"filters": {"push_down": push_down}}}  # fmt: skip
+    return {
+        "source": {"publications": list(publications), "manage_publications": True},
+        "extra": {"filters": {"push_down": push_down}},
+    }
 
 
 def mirror(events: list[Event], topic: str) -> set[tuple[Any, ...]]:
@@ -67,8 +69,16 @@ P3 = {"name": "p3", "tables": [{"name": "public.t2", "where": "d = 10"}, {"name"
 def test_seed_example_p1_on_t1(run: Run, db: Database, push_down: bool) -> None:
     db.execute(SEED_TABLES)
     run.start(**managed(P1, push_down=push_down))
-    for values in ["(2, 102, 'NSW')", "(3, 103, 'QLD')", "(4, 104, 'VIC')", "(5, 105, 'ACT')", "(6, 106, 'NSW')",
-                   "(7, 107, 'NT')", "(8, 108, 'QLD')", "(9, 109, 'NSW')"]:  # fmt: skip
+    for values in [
+        "(2, 102, 'NSW')",
+        "(3, 103, 'QLD')",
+        "(4, 104, 'VIC')",
+        "(5, 105, 'ACT')",
+        "(6, 106, 'NSW')",
+        "(7, 107, 'NT')",
+        "(8, 108, 'QLD')",
+        "(9, 109, 'NSW')",
+    ]:
         db.execute(f"INSERT INTO t1 VALUES {values}")
     assert mirror(run.sync(), f"{run.prefix}.public.t1") == {(6, 106, "NSW"), (9, 109, "NSW")}
     db.execute("UPDATE t1 SET b = 999 WHERE a = 6")  # both rows match: UPDATE
@@ -100,19 +110,28 @@ def test_seed_publications_combined(run: Run, db: Database) -> None:
 
 PARTITION_CASES = {
     # publish_via_partition_root: the root's filter applies, events go to the root's topic
-    "via-root": (True, [{"name": "public.parent", "where": "a < 5"}, {"name": "public.child", "where": "a >= 5"}],
-                 "parent", {(2,), (3,), (4,)}),
+    "via-root": (
+        True,
+        [{"name": "public.parent", "where": "a < 5"}, {"name": "public.child", "where": "a >= 5"}],
+        "parent",
+        {(2,), (3,), (4,)},
+    ),
     # otherwise each partition's own filter and topic
-    "via-partitions": (False, [{"name": "public.parent"}, {"name": "public.child", "where": "a >= 5"}],
-                       "child", {(5,), (6,), (7,)}),
-}  # fmt: skip
+    "via-partitions": (
+        False,
+        [{"name": "public.parent"}, {"name": "public.child", "where": "a >= 5"}],
+        "child",
+        {(5,), (6,), (7,)},
+    ),
+}
 
 
 @pytest.mark.parametrize("case", PARTITION_CASES)
 def test_seed_example_p4_partitions(run: Run, db: Database, case: str) -> None:
     via_root, tables, topic, expected = PARTITION_CASES[case]
-    db.execute("CREATE TABLE parent(a int PRIMARY KEY) PARTITION BY RANGE(a);"
-               " CREATE TABLE child PARTITION OF parent DEFAULT")  # fmt: skip
+    db.execute(
+        "CREATE TABLE parent(a int PRIMARY KEY) PARTITION BY RANGE(a); CREATE TABLE child PARTITION OF parent DEFAULT"
+    )
     run.start(**managed({"name": "p4", "tables": tables, "publish_via_partition_root": via_root}))
     db.execute("INSERT INTO parent VALUES (2), (4), (6)")
     db.execute("INSERT INTO child VALUES (3), (5), (7)")
@@ -139,8 +158,9 @@ def test_bad_filter_fails_check_and_run_with_exit_2(
     db: Database, tmp_path: Path, publication: dict[str, Any], message: str
 ) -> None:
     db.execute(SEED_TABLES)
-    config = {"source": {"dsn": db.dsn(), "slot": f"s_{db.name}", "publications": [publication],
-                         "manage_publications": True}}  # fmt: skip
+    config = {
+        "source": {"dsn": db.dsn(), "slot": f"s_{db.name}", "publications": [publication], "manage_publications": True}
+    }
     for command in ("check", "run"):
         result = run_cdcd(command, config=config, tmp_path=tmp_path)
         assert result.returncode == 2, (command, result.stderr)

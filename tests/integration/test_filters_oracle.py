@@ -44,12 +44,17 @@ ALTER TABLE t4 ALTER COLUMN big SET STORAGE EXTERNAL;
 PUBLICATIONS: list[dict[str, Any]] = [
     {"name": "p1", "tables": [{"name": "public.t1", "where": "a > 5 AND c = 'NSW'"}]},
     {"name": "p2", "tables": [{"name": "public.t2", "where": "e > 50 OR f IS NULL"}]},
-    {"name": "p3", "tables": [{"name": "public.t2", "where": "d % 3 = 0 AND f LIKE 'x%'"},
-                              {"name": "public.t3", "where": "g BETWEEN 10 AND 20"}]},
+    {
+        "name": "p3",
+        "tables": [
+            {"name": "public.t2", "where": "d % 3 = 0 AND f LIKE 'x%'"},
+            {"name": "public.t3", "where": "g BETWEEN 10 AND 20"},
+        ],
+    },
     {"name": "p4", "tables": [{"name": "public.t3", "where": "h IS NOT NULL AND h < 100"}], "publish": ["insert"]},
     {"name": "p5", "tables": [{"name": "public.t3"}], "publish": ["delete"]},
     {"name": "p6", "tables": [{"name": "public.t4"}]},
-]  # fmt: skip
+]
 COLUMNS = {"t1": ("a", "b", "c"), "t2": ("d", "e", "f"), "t3": ("g", "h", "i"), "t4": ("id", "n", "big")}
 KEYS = {"t1": ("a", "c"), "t2": ("d",), "t3": ("g",), "t4": ("id",)}
 
@@ -107,9 +112,12 @@ def oracle() -> Iterator[Oracle]:
     # A subscription to the same cluster cannot create its slot itself.
     made.execute(made.publisher, "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
     names = ", ".join([p["name"] for p in PUBLICATIONS] + ["ticks"])
-    made.execute(made.subscriber, f"CREATE SUBSCRIPTION s_{suffix} CONNECTION '{server.dsn(made.publisher)}'"
-                                  f" PUBLICATION {names} WITH (create_slot = false, slot_name = '{slot}',"
-                                  " copy_data = false, streaming = on)")  # fmt: skip
+    made.execute(
+        made.subscriber,
+        f"CREATE SUBSCRIPTION s_{suffix} CONNECTION '{server.dsn(made.publisher)}'"
+        f" PUBLICATION {names} WITH (create_slot = false, slot_name = '{slot}',"
+        " copy_data = false, streaming = on)",
+    )
     yield made
     made.execute(made.subscriber, f"ALTER SUBSCRIPTION s_{suffix} DISABLE")
     made.execute(made.subscriber, f"ALTER SUBSCRIPTION s_{suffix} SET (slot_name = NONE)")
@@ -134,30 +142,54 @@ region = st.sampled_from(["NSW", "QLD", "VIC"])
 label = st.one_of(st.none(), st.sampled_from(["x1", "x22", "y3", ""]))
 
 insert = st.one_of(
-    st.builds(lambda a, b, c: ("INSERT INTO t1 VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", [a, b, c]),
-              small, maybe, region),
-    st.builds(lambda d, e, f: ("INSERT INTO t2 VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", [d, e, f]),
-              small, maybe, label),
-    st.builds(lambda g, h, i: ("INSERT INTO t3 VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", [g, h, i]),
-              small, maybe, label),
+    st.builds(
+        lambda a, b, c: ("INSERT INTO t1 VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", [a, b, c]), small, maybe, region
+    ),
+    st.builds(
+        lambda d, e, f: ("INSERT INTO t2 VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", [d, e, f]), small, maybe, label
+    ),
+    st.builds(
+        lambda g, h, i: ("INSERT INTO t3 VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", [g, h, i]), small, maybe, label
+    ),
     # big is stored out of line (3,000+ bytes, EXTERNAL): updates that leave it alone send it as unchanged TOAST
-    st.builds(lambda k, n, i: ("INSERT INTO t4 VALUES (%s, %s, repeat(%s, 1000)) ON CONFLICT DO NOTHING",
-                               [k, n, f"{i}:{k}|"]), small, maybe, st.sampled_from("abc")),
-)  # fmt: skip
+    st.builds(
+        lambda k, n, i: (
+            "INSERT INTO t4 VALUES (%s, %s, repeat(%s, 1000)) ON CONFLICT DO NOTHING",
+            [k, n, f"{i}:{k}|"],
+        ),
+        small,
+        maybe,
+        st.sampled_from("abc"),
+    ),
+)
 update = st.one_of(
     # moves rows in and out of t1's filter, and changes its key
-    st.builds(lambda a, c, na, nc: ("UPDATE t1 SET a = %s, c = %s WHERE a = %s AND c = %s AND NOT EXISTS"
-                                    " (SELECT 1 FROM t1 x WHERE x.a = %s AND x.c = %s)", [na, nc, a, c, na, nc]),
-              small, region, small, region),
+    st.builds(
+        lambda a, c, na, nc: (
+            "UPDATE t1 SET a = %s, c = %s WHERE a = %s AND c = %s AND NOT EXISTS"
+            " (SELECT 1 FROM t1 x WHERE x.a = %s AND x.c = %s)",
+            [na, nc, a, c, na, nc],
+        ),
+        small,
+        region,
+        small,
+        region,
+    ),
     st.builds(lambda a, b: ("UPDATE t1 SET b = %s WHERE a = %s", [b, a]), small, maybe),
     st.builds(lambda d, e, f: ("UPDATE t2 SET e = %s, f = %s WHERE d = %s", [e, f, d]), small, maybe, label),
     st.builds(lambda g, h: ("UPDATE t3 SET h = %s WHERE g = %s", [h, g]), small, maybe),
     # key changes and updates of t4 that leave its TOASTed column alone
-    st.builds(lambda k, nk: ("UPDATE t4 SET id = %s WHERE id = %s AND NOT EXISTS (SELECT 1 FROM t4 x WHERE x.id = %s)",
-                             [nk, k, nk]), small, small),
+    st.builds(
+        lambda k, nk: (
+            "UPDATE t4 SET id = %s WHERE id = %s AND NOT EXISTS (SELECT 1 FROM t4 x WHERE x.id = %s)",
+            [nk, k, nk],
+        ),
+        small,
+        small,
+    ),
     st.builds(lambda k, n: ("UPDATE t4 SET n = %s WHERE id = %s", [n, k]), small, maybe),
     st.builds(lambda k: ("UPDATE t4 SET big = repeat('u', 3000) WHERE id = %s", [k]), small),
-)  # fmt: skip
+)
 delete = st.one_of(
     st.builds(lambda a: ("DELETE FROM t1 WHERE a = %s", [a]), small),
     st.builds(lambda d: ("DELETE FROM t2 WHERE d = %s", [d]), small),
@@ -166,24 +198,58 @@ delete = st.one_of(
 )
 # many rows at once (%% is a literal % with parameters), and updates that move many rows across the filters' boundaries
 bulk = st.one_of(
-    st.builds(lambda lo, n: ("INSERT INTO t1 SELECT x, x * 7 %% 120, (ARRAY['NSW', 'QLD', 'VIC'])[x %% 3 + 1]"
-                             " FROM generate_series(%s::int, %s::int) x"
-                             " ON CONFLICT DO NOTHING", [lo, lo + n]), small, small),
-    st.builds(lambda lo, n: ("INSERT INTO t2 SELECT x, NULLIF(x * 13 %% 110, 0),"
-                             " CASE WHEN x %% 4 = 0 THEN NULL ELSE 'x' || x END"
-                             " FROM generate_series(%s::int, %s::int) x"
-                             " ON CONFLICT DO NOTHING", [lo, lo + n]), small, small),
-    st.builds(lambda lo, n: ("INSERT INTO t3 SELECT x, NULLIF(x * 11 %% 130, 0), 'i' || x"
-                             " FROM generate_series(%s::int, %s::int) x"
-                             " ON CONFLICT DO NOTHING", [lo, lo + n]), small, small),
+    st.builds(
+        lambda lo, n: (
+            "INSERT INTO t1 SELECT x, x * 7 %% 120, (ARRAY['NSW', 'QLD', 'VIC'])[x %% 3 + 1]"
+            " FROM generate_series(%s::int, %s::int) x"
+            " ON CONFLICT DO NOTHING",
+            [lo, lo + n],
+        ),
+        small,
+        small,
+    ),
+    st.builds(
+        lambda lo, n: (
+            "INSERT INTO t2 SELECT x, NULLIF(x * 13 %% 110, 0),"
+            " CASE WHEN x %% 4 = 0 THEN NULL ELSE 'x' || x END"
+            " FROM generate_series(%s::int, %s::int) x"
+            " ON CONFLICT DO NOTHING",
+            [lo, lo + n],
+        ),
+        small,
+        small,
+    ),
+    st.builds(
+        lambda lo, n: (
+            "INSERT INTO t3 SELECT x, NULLIF(x * 11 %% 130, 0), 'i' || x"
+            " FROM generate_series(%s::int, %s::int) x"
+            " ON CONFLICT DO NOTHING",
+            [lo, lo + n],
+        ),
+        small,
+        small,
+    ),
     st.builds(lambda k: ("UPDATE t1 SET b = coalesce(b, 0) + 1 WHERE a %% %s = 0", [k]), st.integers(1, 4)),
-    st.builds(lambda k: ("UPDATE t2 SET e = (coalesce(e, 0) + 45) %% 110, f = CASE WHEN f IS NULL THEN 'x0' END"
-                         " WHERE d %% %s = 0", [k]), st.integers(1, 4)),
-    st.builds(lambda k: ("UPDATE t3 SET h = NULLIF((coalesce(h, 0) + 60) %% 130, 0) WHERE g %% %s = 0", [k]),
-              st.integers(1, 4)),
-    st.builds(lambda k: ("UPDATE t4 SET id = -id, n = coalesce(n, 0) + 1 WHERE id %% %s = 0 AND NOT EXISTS"
-                         " (SELECT 1 FROM t4 x WHERE x.id = -t4.id)", [k]), st.integers(1, 4)),
-)  # fmt: skip
+    st.builds(
+        lambda k: (
+            "UPDATE t2 SET e = (coalesce(e, 0) + 45) %% 110, f = CASE WHEN f IS NULL THEN 'x0' END WHERE d %% %s = 0",
+            [k],
+        ),
+        st.integers(1, 4),
+    ),
+    st.builds(
+        lambda k: ("UPDATE t3 SET h = NULLIF((coalesce(h, 0) + 60) %% 130, 0) WHERE g %% %s = 0", [k]),
+        st.integers(1, 4),
+    ),
+    st.builds(
+        lambda k: (
+            "UPDATE t4 SET id = -id, n = coalesce(n, 0) + 1 WHERE id %% %s = 0 AND NOT EXISTS"
+            " (SELECT 1 FROM t4 x WHERE x.id = -t4.id)",
+            [k],
+        ),
+        st.integers(1, 4),
+    ),
+)
 truncate: st.SearchStrategy[tuple[str, list[Any]]] = st.sampled_from(
     [("TRUNCATE t1", []), ("TRUNCATE t2", []), ("TRUNCATE t3", []), ("TRUNCATE t4", [])]
 )
@@ -218,8 +284,10 @@ def apply(dsn: str, transactions: list[Transaction]) -> None:
                     conn.execute("ROLLBACK TO SAVEPOINT sp")
                 if txn.padding:
                     # outside every filter: dropped by PostgreSQL and by cdcd
-                    conn.execute("INSERT INTO t2 SELECT 1000 + n, 0, repeat('p', 50) FROM generate_series(1, %s) n",
-                                 [txn.padding])  # fmt: skip
+                    conn.execute(
+                        "INSERT INTO t2 SELECT 1000 + n, 0, repeat('p', 50) FROM generate_series(1, %s) n",
+                        [txn.padding],
+                    )
                     conn.execute("DELETE FROM t2 WHERE d > 1000")
                 for sql, params in txn.statements[len(txn.statements) // 2 :]:
                     conn.execute(sql, params)

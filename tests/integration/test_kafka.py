@@ -96,8 +96,9 @@ def test_committed_changes_arrive_in_order_with_tombstones_and_transactions(run:
     assert run.stop() == 0
     # The confirmed position covers the last commit: Kafka acknowledged everything.
     last_commit = max(e.value["source"]["commit_lsn"] for e in data_events(run.events, run.prefix) if e.value)
-    confirmed = db.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                           [run.slot])[0][0]  # fmt: skip
+    confirmed = db.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", [run.slot]
+    )[0][0]
     assert parse_lsn(confirmed) > last_commit
 
 
@@ -122,9 +123,13 @@ def test_typed_values_truncate_and_messages(run: Run, db: Database) -> None:
     )
     db.execute("INSERT INTO items VALUES (1); TRUNCATE items")
     db.execute("SELECT pg_logical_emit_message(false, 'audit', 'hello')")
-    events = run.consume_until(lambda ev: any(e.topic.endswith(".message") for e in ev)
-                               and any(e.value and e.value.get("op") == "t" for e in ev)
-                               and sum(1 for e in ev if e.topic.endswith(".typed")) >= 2)  # fmt: skip
+    events = run.consume_until(
+        lambda ev: (
+            any(e.topic.endswith(".message") for e in ev)
+            and any(e.value and e.value.get("op") == "t" for e in ev)
+            and sum(1 for e in ev if e.topic.endswith(".typed")) >= 2
+        )
+    )
     typed = [e.value["after"] for e in events if e.topic == f"{run.prefix}.public.typed" and e.value]
     row = typed[0]
     assert row["id"] == 1
@@ -217,8 +222,11 @@ def test_kafka_away_for_30s_daemon_waits_bounded_and_loses_nothing(run: Run, db:
     run.consume_until(lambda ev: set(map(repr, observed(ev, run.prefix, "items"))) >= set(map(repr, expected)), 180)
     assert set(map(repr, observed(run.events, run.prefix, "items"))) == set(map(repr, expected))
     # Nothing was confirmed past what Kafka had acknowledged before it went away.
-    last_acked = max(e.value["source"]["commit_lsn"] for e in run.events if e.value and e.topic.endswith(".items")
-                     and parse_lsn(confirmed_while_down) >= e.value["source"]["commit_lsn"])  # fmt: skip
+    last_acked = max(
+        e.value["source"]["commit_lsn"]
+        for e in run.events
+        if e.value and e.topic.endswith(".items") and parse_lsn(confirmed_while_down) >= e.value["source"]["commit_lsn"]
+    )
     assert parse_lsn(confirmed_while_down) >= last_acked
     assert run.stop() == 0
 
@@ -258,8 +266,11 @@ def test_a_delivery_error_stops_the_daemon_and_the_transaction_is_not_lost(run: 
     # Let the topic take it and restart: the slot still holds the failed transaction.
     topic = f"{run.prefix}.public.items"
     admin = AdminClient({"bootstrap.servers": run.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]})
-    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
-        ConfigEntry("max.message.bytes", "1048576", incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry("max.message.bytes", "1048576", incremental_operation=AlterConfigOpType.SET)],
+    )
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
     run.start(topic_config={"max.message.bytes": "2000"}, transaction_topic=False)

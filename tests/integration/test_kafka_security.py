@@ -34,8 +34,26 @@ def sasl_ssl(env: dict[str, str], password: str | None = None, ca: str | None = 
 def other_ca(tmp_path: Path) -> str:
     path = tmp_path / "other-ca.pem"
     key = str(tmp_path / "other.key")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=other",
-                    "-keyout", key, "-out", str(path)], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=other",
+            "-keyout",
+            key,
+            "-out",
+            str(path),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return str(path)
 
 
@@ -45,8 +63,13 @@ def check(run: Run, kafka: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     path = run.tmp_path / "check.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
-    return subprocess.run([sys.executable, "-m", "cdcd", "check", "--config", str(path)],
-                          check=False, capture_output=True, text=True, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cdcd", "check", "--config", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
 
 
 def test_sasl_ssl_produces_and_the_password_stays_out_of_the_output(run: Run, db: Database) -> None:

@@ -30,8 +30,9 @@ def test_metrics_follow_a_workload(run: Run, db: Database) -> None:
     db.execute("UPDATE items SET n = -n WHERE id <= 10")
     db.execute("DELETE FROM items WHERE id > 495")
     run.sync()
-    synced = parse_lsn(db.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                                  [run.slot])[0][0])  # fmt: skip
+    synced = parse_lsn(
+        db.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", [run.slot])[0][0]
+    )
     got = scrape(base)
     table = ("table", "public.items")
     assert got["cdcd_events_total", (("op", "c"), table)] == 500

@@ -74,8 +74,10 @@ def scraped(prometheus: Prometheus, run: Run, db: Database) -> Iterator[tuple[Pr
     tmp.write_text(json.dumps([{"targets": [instance], "labels": {"test": db.name}}]))
     tmp.rename(target)
     try:
-        prometheus.wait(f"up{{instance={instance!r}}} == 1",
-                        lambda: prometheus.value(f'up{{job="cdcd", instance="{instance}"}}') == 1)  # fmt: skip
+        prometheus.wait(
+            f"up{{instance={instance!r}}} == 1",
+            lambda: prometheus.value(f'up{{job="cdcd", instance="{instance}"}}') == 1,
+        )
         yield prometheus, instance
     finally:
         target.unlink(missing_ok=True)
@@ -111,8 +113,10 @@ def test_prometheus_sees_the_workload(scraped: tuple[Prometheus, str], run: Run,
     lag = prom.value(f"cdcd_replication_lag_bytes{{{sel}}}")
     assert lag is not None
     assert 0 <= lag < 16 << 20
-    assert prom.value(f"cdcd_replication_lag_bytes{{{sel}}} - (cdcd_received_lsn{{{sel}}}"
-                      f" - cdcd_flushed_lsn{{{sel}}})") == 0  # fmt: skip
+    assert (
+        prom.value(f"cdcd_replication_lag_bytes{{{sel}}} - (cdcd_received_lsn{{{sel}}} - cdcd_flushed_lsn{{{sel}}})")
+        == 0
+    )
     prom.wait("slot retained WAL", lambda: (prom.value(f"cdcd_slot_retained_wal_bytes{{{sel}}}") or 0) > 0)
     assert prom.value(f'cdcd_connected{{{sel}, target="postgresql"}}') == 1
     assert prom.value(f'cdcd_connected{{{sel}, target="sink"}}') == 1

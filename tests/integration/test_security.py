@@ -62,14 +62,19 @@ def _dsn(db: Database, user: str, password: str | None = None, extra: str = "") 
 
 def _config(db: Database, tmp_path: Path, **source: Any) -> dict[str, Any]:
     return {
-        "source": {"slot": f"s_{db.name}", "publications": [{"name": "cdcd_pub"}], "status_interval_s": 0.3,
-                   "reconnect": {"initial_backoff_s": 0.1, "max_attempts": 1}, **source},
+        "source": {
+            "slot": f"s_{db.name}",
+            "publications": [{"name": "cdcd_pub"}],
+            "status_interval_s": 0.3,
+            "reconnect": {"initial_backoff_s": 0.1, "max_attempts": 1},
+            **source,
+        },
         "sink": {"kind": "jsonl", "path": str(tmp_path / "changes.jsonl"), "flush_timeout_s": 10},
         "buffer": {"spill_dir": str(tmp_path / "spill")},
         "snapshot": {"state_dir": str(tmp_path / "state")},
         "metrics": {"listen": "127.0.0.1:0"},
         "log": {"level": "debug", "format": "json"},
-    }  # fmt: skip
+    }
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -114,8 +119,9 @@ class Daemon:
     def walsender_pid(self, timeout: float = 30) -> int:
         deadline = time.monotonic() + timeout
         while True:
-            rows = self.db.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active",
-                                   [self.slot])  # fmt: skip
+            rows = self.db.execute(
+                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active", [self.slot]
+            )
             if rows:
                 return int(rows[0][0])
             assert self.proc.poll() is None, f"cdcd run exited {self.proc.returncode}:\n{self.output()[-3000:]}"
@@ -172,11 +178,15 @@ def test_password_never_printed(db15: Database, role: Role, tmp_path: Path) -> N
     check("check, password_file", 0, _config(db15, tmp_path, dsn=no_password, password_file=str(password_file)))
     out = check("check, wrong password", 1, _config(db15, tmp_path, dsn=wrong))
     assert "password authentication failed" in out
-    out = check("check, password_file overrides the DSN", 1,
-                _config(db15, tmp_path, dsn=good, password_file=str(wrong_file)))  # fmt: skip
+    out = check(
+        "check, password_file overrides the DSN", 1, _config(db15, tmp_path, dsn=good, password_file=str(wrong_file))
+    )
     assert "password authentication failed" in out
-    out = check("check, unreadable password_file", 2,
-                _config(db15, tmp_path, dsn=no_password, password_file=str(tmp_path / "missing")))  # fmt: skip
+    out = check(
+        "check, unreadable password_file",
+        2,
+        _config(db15, tmp_path, dsn=no_password, password_file=str(tmp_path / "missing")),
+    )
     assert f"cannot read source.password_file {tmp_path / 'missing'}" in out
     # Malformed DSNs: libpq quotes the fragment it could not parse, which can be the password itself.
     for case, dsn in {
@@ -190,8 +200,13 @@ def test_password_never_printed(db15: Database, role: Role, tmp_path: Path) -> N
     # Config errors: pydantic may quote an input; a password put under the wrong key must not be echoed.
     check("config error, password as the slot", 2, _config(db15, tmp_path, dsn=good, slot=role.password.upper()))
     check("config error, unknown key", 2, _config(db15, tmp_path, dsn=good, password=role.password))
-    check("config error from the environment", 2, _config(db15, tmp_path, dsn="x"),
-          CDCD_SOURCE__DSN=good, CDCD_SOURCE__STATUS_INTERVAL_S=role.password)  # fmt: skip
+    check(
+        "config error from the environment",
+        2,
+        _config(db15, tmp_path, dsn="x"),
+        CDCD_SOURCE__DSN=good,
+        CDCD_SOURCE__STATUS_INTERVAL_S=role.password,
+    )
 
     printed["run, password in the DSN"], _ = _stream_some(db15, _config(db15, tmp_path, dsn=good), tmp_path)
     config = _config(db15, tmp_path, dsn=_dsn(db15, role.name), password_file=str(password_file), slot="s_pwfile")
@@ -271,15 +286,25 @@ def _secret_cases(db: Database, role: Role, env: dict[str, str], registry_401: s
     def config(dsn: str, kafka: dict[str, Any] | None = None, reg: dict[str, Any] | None = None) -> dict[str, Any]:
         made = _config(db, tmp_path, dsn=dsn, slot=f"s_{uuid.uuid4().hex[:10]}")
         made["sink"] = {"kind": "kafka", "flush_timeout_s": 3}
-        made["kafka"] = {"bootstrap_servers": env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], "topic_prefix": f"sec_{db.name}",
-                         **(kafka or {})}  # fmt: skip
+        made["kafka"] = {
+            "bootstrap_servers": env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
+            "topic_prefix": f"sec_{db.name}",
+            **(kafka or {}),
+        }
         made["schema_registry"] = {"url": f"http://{registry}", **(reg or {})}
         return made
 
     def sasl(servers: str, password: str) -> dict[str, Any]:
-        return {"bootstrap_servers": servers, "producer": {
-            "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": env["STACK_KAFKA_SASL_USER"],
-            "sasl.password": password, "ssl.ca.location": env["STACK_KAFKA_CA"]}}  # fmt: skip
+        return {
+            "bootstrap_servers": servers,
+            "producer": {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": env["STACK_KAFKA_SASL_USER"],
+                "sasl.password": password,
+                "ssl.ca.location": env["STACK_KAFKA_CA"],
+            },
+        }
 
     good = _dsn(db, role.name, role.password)
     pg_wrong, pg_unreachable = _secret("pg-wrong"), _secret("pg-away")
@@ -295,8 +320,11 @@ def _secret_cases(db: Database, role: Role, env: dict[str, str], registry_401: s
         Case("kafka", "sasl", kafka_unreachable, "unreachable", config(good, sasl("127.0.0.1:1", kafka_unreachable))),
     ]
     for where in ("url", "client"):
-        for state, host in (("answering", registry), ("refusing", f"{registry_401}/apis/ccompat/v7"),
-                            ("unreachable", "127.0.0.1:2/apis/ccompat/v7")):  # fmt: skip
+        for state, host in (
+            ("answering", registry),
+            ("refusing", f"{registry_401}/apis/ccompat/v7"),
+            ("unreachable", "127.0.0.1:2/apis/ccompat/v7"),
+        ):
             secret = _secret(f"reg-{where}-{state}")
             reg = (
                 {"url": f"http://cdcd:{secret}@{host}"}
@@ -372,8 +400,22 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def _make_ca(directory: Path, name: str) -> Path:
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
-             "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=directory)  # fmt: skip
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.crt",
+        cwd=directory,
+    )
     return directory / f"{name}.crt"
 
 
@@ -388,11 +430,38 @@ def tls(pg15: PgServer, tmp_path: Path) -> Iterator[Tls]:
     """SSL on the stack's PostgreSQL 15 with a server certificate signed by a CA made here; always undone."""
     ca = _make_ca(tmp_path, "test-ca")
     other_ca = _make_ca(tmp_path, "other-ca")
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key",
-             "-out", "server.csr", cwd=tmp_path)  # fmt: skip
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        cwd=tmp_path,
+    )
     (tmp_path / "san.ext").write_text("subjectAltName = IP:127.0.0.1, DNS:localhost\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "test-ca.crt", "-CAkey", "test-ca.key", "-CAcreateserial",
-             "-days", "2", "-extfile", "san.ext", "-out", "server.crt", cwd=tmp_path)  # fmt: skip
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "test-ca.crt",
+        "-CAkey",
+        "test-ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "server.crt",
+        cwd=tmp_path,
+    )
     # The server reads them as the postgres OS user: a directory it can enter, the key private to it.
     server_dir = Path(tempfile.mkdtemp(prefix="cdcd-tls-"))
     server_dir.chmod(0o755)

@@ -34,8 +34,10 @@ class Workload(threading.Thread):
             with psycopg.connect(self.db.dsn()) as conn:
                 for start in range(0, ROWS, PER_TXN):
                     with conn.transaction(), conn.cursor() as cur:
-                        cur.executemany("INSERT INTO items (id, v, n) VALUES (%s, %s, %s)",
-                                        [(i, f"v{i}", i) for i in range(start, start + PER_TXN)])  # fmt: skip
+                        cur.executemany(
+                            "INSERT INTO items (id, v, n) VALUES (%s, %s, %s)",
+                            [(i, f"v{i}", i) for i in range(start, start + PER_TXN)],
+                        )
                     self.committed = start + PER_TXN
                     time.sleep(0.002)  # a steady stream, not one burst
         except BaseException as exc:

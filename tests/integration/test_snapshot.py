@@ -147,8 +147,10 @@ INSERT INTO typed VALUES
 
 def test_initial_snapshot_with_concurrent_writes_then_stream_equals_source(run: Run, db: Database) -> None:
     rows = 60_000
-    db.execute(BIG.replace("ROWS", str(rows)) + TYPED + "CREATE TABLE empty (id int PRIMARY KEY);"
-               "CREATE PUBLICATION cdcd_pub FOR TABLE big, typed, typed_streamed, empty")  # fmt: skip
+    db.execute(
+        BIG.replace("ROWS", str(rows)) + TYPED + "CREATE TABLE empty (id int PRIMARY KEY);"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE big, typed, typed_streamed, empty"
+    )
     writer = Writer(db.dsn(), rows)
     writer.start()  # before the slot exists, while it is created and while the snapshot is read
     run.start()  # returns once streaming: the initial snapshot is read by then
@@ -176,8 +178,13 @@ def test_initial_snapshot_with_concurrent_writes_then_stream_equals_source(run: 
     assert set(all_markers) == {"first", "true", "last"}
     assert not [e for e in events if e.topic == topic(run, "empty")]
     # Snapshot rows are encoded exactly as the stream encodes the same values.
-    streamed = {v["after"]["id"]: v["after"] for e in events if e.topic == topic(run, "typed_streamed")
-                for v in [e.value] if v and v["op"] == "c"}  # fmt: skip
+    streamed = {
+        v["after"]["id"]: v["after"]
+        for e in events
+        if e.topic == topic(run, "typed_streamed")
+        for v in [e.value]
+        if v and v["op"] == "c"
+    }
     assert {v["after"]["id"]: repr(v["after"]) for v in typed} == {k: repr(v) for k, v in streamed.items()}
     assert len(streamed) == 3
     assert run.stop() == 0
@@ -222,8 +229,10 @@ def cdcd_snapshot(run: Run, table: str, where: str | None = None) -> subprocess.
 
 
 def test_snapshot_request_errors_name_the_problem(run: Run, db: Database) -> None:
-    db.execute("CREATE TABLE k (id int PRIMARY KEY); CREATE TABLE nokey (v int); CREATE TABLE other (id int);"
-               "CREATE PUBLICATION cdcd_pub FOR TABLE k, nokey")  # fmt: skip
+    db.execute(
+        "CREATE TABLE k (id int PRIMARY KEY); CREATE TABLE nokey (v int); CREATE TABLE other (id int);"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE k, nokey"
+    )
     run.start()
     for table, where, message in (
         ("public.other", None, "public.other is not published by cdcd_pub"),
@@ -322,8 +331,10 @@ def wait_until(condition: Callable[[], bool], failure: str, timeout: float = 120
 def test_lost_slot_is_an_error_unless_when_needed_which_snapshots_again(
     db: Database, tail_factory: Callable[..., Tail]
 ) -> None:
-    db.execute("CREATE TABLE k (id int PRIMARY KEY); INSERT INTO k SELECT generate_series(1, 10);"
-               "CREATE PUBLICATION cdcd_pub FOR TABLE k")  # fmt: skip
+    db.execute(
+        "CREATE TABLE k (id int PRIMARY KEY); INSERT INTO k SELECT generate_series(1, 10);"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE k"
+    )
     tail = tail_factory().start()
     tail.wait_for(lambda lines: len(lines) == 10)
     assert {line["snapshot"] for line in tail.lines()} == {"first", "true", "last"}
@@ -363,8 +374,10 @@ def test_an_unusable_state_file_stops_cdcd_with_the_file_named(db: Database, tai
 
 
 def test_an_incompatible_column_type_change_stops_with_the_column_named(run: Run, db: Database) -> None:
-    db.execute("CREATE TABLE c (id int PRIMARY KEY, v int); INSERT INTO c VALUES (1, 1);"
-               "CREATE PUBLICATION cdcd_pub FOR TABLE c")  # fmt: skip
+    db.execute(
+        "CREATE TABLE c (id int PRIMARY KEY, v int); INSERT INTO c VALUES (1, 1);"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE c"
+    )
     run.start()
     run.sync()
     subject = f"{topic(run, 'c')}-value"
@@ -376,6 +389,7 @@ def test_an_incompatible_column_type_change_stops_with_the_column_named(run: Run
     assert run.proc.wait(timeout=60) == 1
     log = run.log.read_text()
     assert f"schema registry refused the new schema for {subject} (column v changed type from int to string)" in log
-    confirmed = db.execute("SELECT confirmed_flush_lsn < %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
-                           [lsn, run.slot])  # fmt: skip
+    confirmed = db.execute(
+        "SELECT confirmed_flush_lsn < %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s", [lsn, run.slot]
+    )
     assert confirmed == [(True,)]  # the insert after the change is not confirmed: a restart sends it again

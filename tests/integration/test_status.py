@@ -28,8 +28,14 @@ BIG_TABLE = ("table", "public.big")
 
 def cdcd_status(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
-    return subprocess.run([sys.executable, "-m", "cdcd", "status", *args], check=False, capture_output=True,
-                          text=True, env=env, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cdcd", "status", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 def ask_both(base: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
@@ -153,8 +159,14 @@ def check_status_while_streaming(run: Run, base: str) -> None:
     config_file.write_text((run.tmp_path / "run.yaml").read_text().replace("127.0.0.1:0", base.split("//")[1]))
     human = cdcd_status("--config", str(config_file))
     assert human.returncode == 0, human.stderr
-    for expected in ("state      streaming", f"slot       {run.slot}", f"/{run.db.name} (PostgreSQL 15.",
-                     "events     ", "in flight  0 messages", "snapshots  1 of 1 tables done, 0 pending"):  # fmt: skip
+    for expected in (
+        "state      streaming",
+        f"slot       {run.slot}",
+        f"/{run.db.name} (PostgreSQL 15.",
+        "events     ",
+        "in flight  0 messages",
+        "snapshots  1 of 1 tables done, 0 pending",
+    ):
         assert expected in human.stdout, (expected, human.stdout)
     assert "done in" in next(line for line in human.stdout.splitlines() if "public.big" in line)
     doc = json.loads(cdcd_status("--config", str(config_file), "--json").stdout)

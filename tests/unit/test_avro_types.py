@@ -285,9 +285,21 @@ def test_schema_names_and_nullability() -> None:
     src = schemas.envelope["fields"][2]["type"]
     assert src["name"] == "io.debezium.connector.postgresql.Source"
     assert [f["name"] for f in src["fields"]] == [
-        "version", "connector", "name", "ts_ms", "ts_us", "snapshot", "db", "sequence", "schema", "table",
-        "txId", "lsn", "commit_lsn", "origin",
-    ]  # fmt: skip
+        "version",
+        "connector",
+        "name",
+        "ts_ms",
+        "ts_us",
+        "snapshot",
+        "db",
+        "sequence",
+        "schema",
+        "table",
+        "txId",
+        "lsn",
+        "commit_lsn",
+        "origin",
+    ]
     fastavro.parse_schema(schemas.envelope)
     fastavro.parse_schema(schemas.key)
     no_key = build_schemas(Relation(8, "s", "t", "f", (Column("a", 23, -1, False),)), "p", {})
@@ -334,10 +346,16 @@ def test_column_changes_name_dropped_added_and_retyped_columns() -> None:
     from cdcd.avro.schema import build_schemas, column_changes  # noqa: PLC0415
     from cdcd.pgoutput.messages import Column, Relation  # noqa: PLC0415
 
-    old = Relation(1, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 23, -1, False),
-                                          Column("gone", 25, -1, False)))  # fmt: skip
-    new = Relation(1, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False),
-                                          Column("new col", 16, -1, False)))  # fmt: skip
+    old = Relation(
+        1, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 23, -1, False), Column("gone", 25, -1, False))
+    )
+    new = Relation(
+        1,
+        "public",
+        "t",
+        "d",
+        (Column("id", 23, -1, True), Column("v", 25, -1, False), Column("new col", 16, -1, False)),
+    )
     changes = column_changes(build_schemas(old, "p").envelope, build_schemas(new, "p").envelope)
     assert changes == ["column gone dropped", "column new col added", "column v changed type from int to string"]
     assert column_changes(build_schemas(old, "p").key or {}, build_schemas(old, "p").key or {}) == []

@@ -92,8 +92,12 @@ def test_kafka_connection_settings_reach_every_client_and_secrets_are_masked(tmp
     )
     settings = load_settings(path)
     assert settings.kafka.client_config() == {
-        "bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
-        "sasl.username": "cdcd", "sasl.password": "k-secret", "ssl.ca.location": "/ca.pem",
-    }  # fmt: skip
+        "bootstrap.servers": "b:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "cdcd",
+        "sasl.password": "k-secret",
+        "ssl.ca.location": "/ca.pem",
+    }
     assert settings.schema_registry.client_config() == {"url": "https://r", "basic.auth.user.info": "cdcd:r-secret"}
     assert "secret" not in redact("failed with k-secret and r-secret")

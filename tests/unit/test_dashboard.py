@@ -36,8 +36,12 @@ def exposed_names() -> set[str]:
     """Sample names cdcd's metrics endpoint serves, with every labelled family populated."""
     meters = SnapshotMeters()
     meters.start("public.items", "initial", "a1", estimated=10, rows=0, now=0.0)
-    state = State(slot_retained_wal_bytes=1, transactions={("plain", "commit"): 1}, filtered={"public.items": 1},
-                  snapshot_meters=meters)  # fmt: skip
+    state = State(
+        slot_retained_wal_bytes=1,
+        transactions={("plain", "commit"): 1},
+        filtered={"public.items": 1},
+        snapshot_meters=meters,
+    )
     metrics = Metrics(state, _Sink(), health_timeout_s=5)
     metrics.observe_done(0)
     text = generate_latest(metrics.registry).decode()
@@ -83,11 +87,23 @@ def test_dashboard_queries_use_only_exposed_metrics() -> None:
             used |= names
     # the brief's panels: throughput, filtered, transactions, lags, slot WAL, latency, buffers, in flight,
     # delivery errors, connected state, snapshot progress
-    assert {"cdcd_events_total", "cdcd_filtered_events_total", "cdcd_transactions_total",
-            "cdcd_replication_lag_bytes", "cdcd_replication_lag_seconds", "cdcd_slot_retained_wal_bytes",
-            "cdcd_commit_to_ack_seconds_bucket", "cdcd_buffer_bytes", "cdcd_in_flight_messages",
-            "cdcd_delivery_errors_total", "cdcd_connected", "cdcd_snapshot_rows", "cdcd_snapshot_rows_estimated",
-            "cdcd_snapshot_tables", "cdcd_snapshot_tables_done"} <= used  # fmt: skip
+    assert {
+        "cdcd_events_total",
+        "cdcd_filtered_events_total",
+        "cdcd_transactions_total",
+        "cdcd_replication_lag_bytes",
+        "cdcd_replication_lag_seconds",
+        "cdcd_slot_retained_wal_bytes",
+        "cdcd_commit_to_ack_seconds_bucket",
+        "cdcd_buffer_bytes",
+        "cdcd_in_flight_messages",
+        "cdcd_delivery_errors_total",
+        "cdcd_connected",
+        "cdcd_snapshot_rows",
+        "cdcd_snapshot_rows_estimated",
+        "cdcd_snapshot_tables",
+        "cdcd_snapshot_tables_done",
+    } <= used
 
 
 def test_dashboard_structure() -> None:

@@ -276,8 +276,11 @@ def test_prometheus_rule_carries_the_rules_file(rendered: list[dict[str, Any]]) 
 
 
 def _instructions() -> list[tuple[str, str]]:
-    logical = re.sub(r"\\\n", " ", "\n".join(line for line in DOCKERFILE.read_text().splitlines()
-                                           if not line.lstrip().startswith("#")))  # fmt: skip
+    logical = re.sub(
+        r"\\\n",
+        " ",
+        "\n".join(line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")),
+    )
     out = []
     for line in logical.splitlines():
         if line.strip():

@@ -90,8 +90,16 @@ def unevaluable(text: str, **values: Value) -> Unevaluable:
 
 def test_documentation_example_replicates_rows_6_and_9() -> None:
     match = predicate("a > 5 AND c = 'NSW'", T1)
-    rows = [("2", "102", "NSW"), ("3", "103", "QLD"), ("4", "104", "VIC"), ("5", "105", "ACT"), ("6", "106", "NSW"),
-            ("7", "107", "NT"), ("8", "108", "QLD"), ("9", "109", "NSW")]  # fmt: skip
+    rows = [
+        ("2", "102", "NSW"),
+        ("3", "103", "QLD"),
+        ("4", "104", "VIC"),
+        ("5", "105", "ACT"),
+        ("6", "106", "NSW"),
+        ("7", "107", "NT"),
+        ("8", "108", "QLD"),
+        ("9", "109", "NSW"),
+    ]
     assert [r[0] for r in rows if match(r) is True] == ["6", "9"]
     assert match(("555", "102", "NSW")) is True
     assert match(("9", "109", "VIC")) is False

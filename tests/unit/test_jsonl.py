@@ -61,16 +61,34 @@ def test_every_change_shape(tmp_path: Path) -> None:
         LogicalMessage(True, 0x30, "pfx", b"\x00bin"),
     )
     common = {"schema": "shop", "table": 'we"ird', "xid": 77, "commit_lsn": "1/100"}
-    assert lines[0] == {**common, "op": "c", "before": None, "lsn": "0/10",
-                        "after": {"id": "1", "doc": 'quote " and \\ and é\n', "blob": None}}  # fmt: skip
-    assert lines[1] == {**common, "op": "u", "before": None, "lsn": "0/10",
-                        "after": {"id": "1", "blob": "\\x00ff"}, "unchanged_toast": ["doc"]}  # fmt: skip
+    assert lines[0] == {
+        **common,
+        "op": "c",
+        "before": None,
+        "lsn": "0/10",
+        "after": {"id": "1", "doc": 'quote " and \\ and é\n', "blob": None},
+    }
+    assert lines[1] == {
+        **common,
+        "op": "u",
+        "before": None,
+        "lsn": "0/10",
+        "after": {"id": "1", "blob": "\\x00ff"},
+        "unchanged_toast": ["doc"],
+    }
     assert lines[2]["before"] == {"id": "1"}  # K tuple: only the replica identity
     assert lines[2]["after"] == {"id": "2", "doc": "x", "blob": None}
     assert lines[3]["before"] == {"id": "2", "doc": "x", "blob": None}  # O tuple: the whole old row
     assert lines[3]["after"] is None
-    assert lines[4] == {**common, "op": "t", "before": None, "after": None, "lsn": "0/20",
-                        "cascade": True, "restart_identity": False}  # fmt: skip
+    assert lines[4] == {
+        **common,
+        "op": "t",
+        "before": None,
+        "after": None,
+        "lsn": "0/20",
+        "cascade": True,
+        "restart_identity": False,
+    }
     assert lines[5]["op"] == "m"
     assert lines[5]["prefix"] == "pfx"
     assert lines[5]["content_base64"] == "AGJpbg=="

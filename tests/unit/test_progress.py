@@ -11,7 +11,7 @@ def test_flush_advances_only_over_a_finished_prefix() -> None:
     p = Progress()
     a, b, c = p.open(100), p.open(200), p.open(300)
     for entry in (a, b, c):
-        p.add(entry, 2)
+        entry.outstanding += 2
         p.seal(entry)
     p.ack(b, 2)  # b finished before a: cannot be confirmed yet
     assert p.flushed_lsn == 0
@@ -27,7 +27,7 @@ def test_flush_advances_only_over_a_finished_prefix() -> None:
 def test_unsealed_entry_holds_flush_back() -> None:
     p = Progress()
     entry = p.open(100)
-    p.add(entry)
+    entry.outstanding += 1
     p.ack(entry)
     assert p.flushed_lsn == 0  # more messages of this transaction may still come
     p.seal(entry)

@@ -111,8 +111,9 @@ def test_transaction_order_counts_per_topic_and_in_total() -> None:
 def test_a_transaction_is_begin_its_events_in_order_and_end() -> None:
     registry = Registry()
     s = shaper(registry)
-    records = shape(s, txn(row("insert", None, ("1", "a")), row("update", None, ("1", "b")),
-                           row("delete", ("1", None), None)))  # fmt: skip
+    records = shape(
+        s, txn(row("insert", None, ("1", "a")), row("update", None, ("1", "b")), row("delete", ("1", None), None))
+    )
     topics = [r[0] for r in records]
     assert topics == ["cdcd.transaction", *["cdcd.public.t"] * 4, "cdcd.transaction"]
     out = decoded(registry, records)
@@ -160,8 +161,9 @@ def test_a_key_change_is_delete_tombstone_and_create_naming_each_other() -> None
 
 def test_no_tombstones_when_turned_off_and_no_key_under_replica_identity_full() -> None:
     registry = Registry()
-    records = shape(shaper(registry, transaction_topic=False, tombstones_on_delete=False),
-                    txn(row("delete", ("1", None), None)))  # fmt: skip
+    records = shape(
+        shaper(registry, transaction_topic=False, tombstones_on_delete=False), txn(row("delete", ("1", None), None))
+    )
     assert [r[2] is None for r in records] == [False]
     full = shape(shaper(registry, transaction_topic=False), txn(row("delete", ("1", "x"), None, rel=FULL)))
     assert [(topic, key) for topic, key, _, _ in full] == [("cdcd.public.f", None)]  # no key: no tombstone
@@ -191,8 +193,9 @@ def test_messages_go_to_the_message_topic() -> None:
     assert s.events == {("", "m"): 2}
 
 
-@pytest.mark.parametrize(("first", "last", "markers"), [(True, False, ["first", "true", "true"]),
-                                                        (False, True, ["true", "true", "last"])])  # fmt: skip
+@pytest.mark.parametrize(
+    ("first", "last", "markers"), [(True, False, ["first", "true", "true"]), (False, True, ["true", "true", "last"])]
+)
 def test_snapshot_rows_are_read_events_marked_at_the_ends(first: bool, last: bool, markers: list[str]) -> None:
     registry = Registry()
     s = shaper(registry)

@@ -43,9 +43,16 @@ def test_meter_counts_rows_and_says_when_a_progress_line_is_due() -> None:
     due = meters.add("public.t", 100, 110.0)
     assert due is not None
     assert due.view(110.0) | {"seconds": 0} == {
-        "table": "public.t", "kind": "initial", "state": "running", "rows": 200, "estimated_rows": 1000,
-        "percent": 20.0, "rows_per_s": 20.0, "eta_s": 40.0, "seconds": 0,
-    }  # fmt: skip
+        "table": "public.t",
+        "kind": "initial",
+        "state": "running",
+        "rows": 200,
+        "estimated_rows": 1000,
+        "percent": 20.0,
+        "rows_per_s": 20.0,
+        "eta_s": 40.0,
+        "seconds": 0,
+    }
     assert meters.add("public.t", 100, 115.0) is None  # the next one 10 s later
     assert meters.add("public.t", 100, 120.0) is not None
     assert meters.add("public.nope", 5, 500.0) is None
@@ -115,17 +122,51 @@ def test_progress_bar_examples() -> None:
 
 def _document() -> dict[str, object]:
     return {
-        "state": "streaming", "healthy": True, "slot": "cdcd", "server": "db1:5432/app", "server_version": "15.4",
-        "received_lsn": "0/3000100", "flushed_lsn": "0/3000000", "lag_bytes": 256, "lag_seconds": 0.4,
-        "slot_retained_wal_bytes": 3 << 20, "events_per_s": 1234.56, "events_window_s": 60.0,
-        "in_flight_messages": 12, "buffer_memory_bytes": 4096, "buffer_spilled_bytes": 0,
-        "snapshot": {"tables_total": 2, "tables_done": 1, "tables_pending": 1, "tables": [
-            {"table": "app.orders", "kind": "initial", "state": "done", "rows": 5000, "estimated_rows": 4900,
-             "percent": 100.0, "rows_per_s": 2500.0, "eta_s": 0.0, "seconds": 2.0},
-            {"table": "app.big", "kind": "incremental", "state": "running", "rows": 90_000,
-             "estimated_rows": 200_000, "percent": 45.0, "rows_per_s": 5000.0, "eta_s": 22.0, "seconds": 18.0},
-        ]},
-    }  # fmt: skip
+        "state": "streaming",
+        "healthy": True,
+        "slot": "cdcd",
+        "server": "db1:5432/app",
+        "server_version": "15.4",
+        "received_lsn": "0/3000100",
+        "flushed_lsn": "0/3000000",
+        "lag_bytes": 256,
+        "lag_seconds": 0.4,
+        "slot_retained_wal_bytes": 3 << 20,
+        "events_per_s": 1234.56,
+        "events_window_s": 60.0,
+        "in_flight_messages": 12,
+        "buffer_memory_bytes": 4096,
+        "buffer_spilled_bytes": 0,
+        "snapshot": {
+            "tables_total": 2,
+            "tables_done": 1,
+            "tables_pending": 1,
+            "tables": [
+                {
+                    "table": "app.orders",
+                    "kind": "initial",
+                    "state": "done",
+                    "rows": 5000,
+                    "estimated_rows": 4900,
+                    "percent": 100.0,
+                    "rows_per_s": 2500.0,
+                    "eta_s": 0.0,
+                    "seconds": 2.0,
+                },
+                {
+                    "table": "app.big",
+                    "kind": "incremental",
+                    "state": "running",
+                    "rows": 90_000,
+                    "estimated_rows": 200_000,
+                    "percent": 45.0,
+                    "rows_per_s": 5000.0,
+                    "eta_s": 22.0,
+                    "seconds": 18.0,
+                },
+            ],
+        },
+    }
 
 
 def test_render_shows_every_line_of_the_summary() -> None:
@@ -153,8 +194,18 @@ def test_render_of_a_daemon_just_started_or_stalled() -> None:
     assert "events     ? (not measured yet)" in text
     assert "slot WAL   ? retained" in text
     assert "snapshots" not in text
-    line = table_line({"table": "t", "kind": "incremental", "state": "running", "rows": 3, "estimated_rows": None,
-                       "percent": None, "rows_per_s": None, "eta_s": None})  # fmt: skip
+    line = table_line(
+        {
+            "table": "t",
+            "kind": "incremental",
+            "state": "running",
+            "rows": 3,
+            "estimated_rows": None,
+            "percent": None,
+            "rows_per_s": None,
+            "eta_s": None,
+        }
+    )
     assert line == "[????????????????????????]     ?%  3 rows  ?  ETA ?  (incremental)"
 
 
@@ -170,8 +221,14 @@ def test_status_url_from_metrics_listen() -> None:
 
 def test_status_document_and_snapshot_metrics_over_http() -> None:
     meters = SnapshotMeters()
-    state = State(slot="s1", server="h:5432/app", server_version="15.4", phase="streaming",
-                  snapshot_meters=meters, snapshot_tables_pending=lambda: 1)  # fmt: skip
+    state = State(
+        slot="s1",
+        server="h:5432/app",
+        server_version="15.4",
+        phase="streaming",
+        snapshot_meters=meters,
+        snapshot_tables_pending=lambda: 1,
+    )
     state.received_lsn, state.flushed_lsn = 0x3000100, 0x3000000
     sink = FakeSink()
     metrics = Metrics(state, sink, health_timeout_s=5)

@@ -223,8 +223,11 @@ def to_float4(x: Decimal | int | float) -> float:
 def f8_op(op: str, single: bool) -> Callable[[float, float], float]:
     """PostgreSQL's float8 (or, with ``single``, float4) arithmetic with its overflow/underflow errors."""
     fn: Callable[[float, float], float] = {
-        "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-    }[op]  # fmt: skip
+        "+": operator.add,
+        "-": operator.sub,
+        "*": operator.mul,
+        "/": operator.truediv,
+    }[op]
 
     def apply(a: float, b: float) -> float:
         if op == "/" and b == 0:

@@ -85,9 +85,14 @@ CASTS: Final[dict[tuple[str, str], tuple[str, Conv | None]]] = {
     ("time", "interval"): ("i", None),  # a time's comparison value as an interval is its µs
 }
 TZ_CASTS: Final = frozenset(
-    {("date", "timestamptz"), ("timestamp", "timestamptz"), ("timestamptz", "date"), ("timestamptz", "time"),
-     ("timestamptz", "timestamp")}
-)  # fmt: skip
+    {
+        ("date", "timestamptz"),
+        ("timestamp", "timestamptz"),
+        ("timestamptz", "date"),
+        ("timestamptz", "time"),
+        ("timestamptz", "timestamp"),
+    }
+)
 
 PREFERRED: Final = frozenset({"text", "float8", "oid", "timestamptz", "interval", "bool"})
 

@@ -112,8 +112,13 @@ def not_(b: bool) -> bool:
 
 
 _CMP: Final[dict[str, Callable[[Any, Any], bool]]] = {
-    "=": operator.eq, "<>": operator.ne, "<": operator.lt, ">": operator.gt, "<=": operator.le, ">=": operator.ge,
-}  # fmt: skip
+    "=": operator.eq,
+    "<>": operator.ne,
+    "<": operator.lt,
+    ">": operator.gt,
+    "<=": operator.le,
+    ">=": operator.ge,
+}
 
 
 def _nan_aware(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:

@@ -95,11 +95,19 @@ def compile_filter(parsed: ParsedFilter, columns: Sequence[ColumnType]) -> Predi
 
 _LIKES: Final = {"~~": (False, False), "!~~": (True, False), "~~*": (False, True), "!~~*": (True, True)}
 _INT_OPS: Final[dict[str, Callable[[int, int], int]]] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": int_div, "%": int_mod,
-}  # fmt: skip
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": int_div,
+    "%": int_mod,
+}
 _NUMERIC_OPS: Final[dict[str, Callable[[Decimal, Decimal], Decimal]]] = {
-    "+": NCTX.add, "-": NCTX.subtract, "*": NCTX.multiply, "/": num_div, "%": num_mod,
-}  # fmt: skip
+    "+": NCTX.add,
+    "-": NCTX.subtract,
+    "*": NCTX.multiply,
+    "/": num_div,
+    "%": num_mod,
+}
 
 
 class _Compiler(Resolver):
@@ -125,8 +133,10 @@ class _Compiler(Resolver):
             self.fail(f'column "{name}" does not exist (the table has columns: {existing})')
         index, column = found
         if column.type_oid >= FIRST_NORMAL_OID:
-            self.fail(f'column "{name}" has a user-defined type (oid {column.type_oid}): row filters allow only'
-                      " built-in types")  # fmt: skip
+            self.fail(
+                f'column "{name}" has a user-defined type (oid {column.type_oid}): row filters allow only'
+                " built-in types"
+            )
         t = column_type(column)
         return E(t, column_reader(index, name, t), column=name)
 
@@ -238,8 +248,10 @@ class _Compiler(Resolver):
         elif rt == "unknown":
             right, rt = self.coerce(right, left.type.bare), lt
         if lt not in NUMBERS or rt not in NUMBERS:
-            self.fail(f"operator {left.type} {op} {right.type} is not supported (operator does not exist or cdcd"
-                      " does not evaluate it)")  # fmt: skip
+            self.fail(
+                f"operator {left.type} {op} {right.type} is not supported (operator does not exist or cdcd"
+                " does not evaluate it)"
+            )
         t, impl = self.number_operator(op, left.type, right.type)
         return self.apply(t, impl, [self.coerce(left, t), self.coerce(right, t)])
 
@@ -261,8 +273,10 @@ class _Compiler(Resolver):
         self.usable(left, right)
         for e in (left, right):
             if e.type.name != "unknown" and e.type.name not in STRINGS:
-                self.fail(f"operator || with an operand of type {e.type} is not immutable (PostgreSQL converts"
-                          " it with a stable output function)")  # fmt: skip
+                self.fail(
+                    f"operator || with an operand of type {e.type} is not immutable (PostgreSQL converts"
+                    " it with a stable output function)"
+                )
         return self.apply(TEXT, operator.add, [self.coerce(left, TEXT), self.coerce(right, TEXT)])
 
     def like(self, node: ast.A_Expr) -> E:
@@ -429,9 +443,13 @@ class _Compiler(Resolver):
         assert node.booltesttype is not None
         e = self.boolean(self.expr(node.arg), "IS TRUE / FALSE / UNKNOWN")
         expected: bool | None = {
-            kinds.IS_TRUE: True, kinds.IS_NOT_TRUE: True, kinds.IS_FALSE: False, kinds.IS_NOT_FALSE: False,
-            kinds.IS_UNKNOWN: None, kinds.IS_NOT_UNKNOWN: None,
-        }[node.booltesttype]  # fmt: skip
+            kinds.IS_TRUE: True,
+            kinds.IS_NOT_TRUE: True,
+            kinds.IS_FALSE: False,
+            kinds.IS_NOT_FALSE: False,
+            kinds.IS_UNKNOWN: None,
+            kinds.IS_NOT_UNKNOWN: None,
+        }[node.booltesttype]
         negated = node.booltesttype in (kinds.IS_NOT_TRUE, kinds.IS_NOT_FALSE, kinds.IS_NOT_UNKNOWN)
         f = e.run
 
@@ -513,8 +531,10 @@ class _Compiler(Resolver):
     def f_case(self, name: str, args: list[E], signature: str) -> E:
         arg = self.text_arg(args[0], signature)
         if arg.fn is None and arg.value is not None and not arg.value.isascii():
-            self.fail(f"{name}() of the non-ASCII constant '{arg.value}' depends on the database's default collation:"
-                      " write the result instead")  # fmt: skip
+            self.fail(
+                f"{name}() of the non-ASCII constant '{arg.value}' depends on the database's default collation:"
+                " write the result instead"
+            )
         return self.apply(TEXT, lower if name == "lower" else upper, [arg])
 
     def f_length(self, name: str, args: list[E], signature: str) -> E:

@@ -88,28 +88,113 @@ _TEXT_RESULT: Final = frozenset(
 )
 _NOT_IMMUTABLE: Final = frozenset(
     {
-        "now", "statement_timestamp", "transaction_timestamp", "clock_timestamp", "timeofday", "random",
-        "random_normal", "setseed", "nextval", "currval", "lastval", "setval", "txid_current",
-        "txid_current_if_assigned", "txid_current_snapshot", "pg_current_xact_id", "pg_current_xact_id_if_assigned",
-        "pg_current_snapshot", "to_char", "to_date", "concat", "concat_ws", "format", "current_setting",
-        "set_config", "pg_backend_pid", "inet_client_addr", "inet_client_port", "inet_server_addr",
-        "inet_server_port", "version", "gen_random_uuid", "pg_sleep", "current_database", "current_schema",
-        "current_schemas", "current_user", "session_user", "current_role", "pg_postmaster_start_time",
-        "pg_conf_load_time", "localtime", "localtimestamp", "current_date", "current_time", "current_timestamp",
-        "pg_export_snapshot", "timezone",
+        "now",
+        "statement_timestamp",
+        "transaction_timestamp",
+        "clock_timestamp",
+        "timeofday",
+        "random",
+        "random_normal",
+        "setseed",
+        "nextval",
+        "currval",
+        "lastval",
+        "setval",
+        "txid_current",
+        "txid_current_if_assigned",
+        "txid_current_snapshot",
+        "pg_current_xact_id",
+        "pg_current_xact_id_if_assigned",
+        "pg_current_snapshot",
+        "to_char",
+        "to_date",
+        "concat",
+        "concat_ws",
+        "format",
+        "current_setting",
+        "set_config",
+        "pg_backend_pid",
+        "inet_client_addr",
+        "inet_client_port",
+        "inet_server_addr",
+        "inet_server_port",
+        "version",
+        "gen_random_uuid",
+        "pg_sleep",
+        "current_database",
+        "current_schema",
+        "current_schemas",
+        "current_user",
+        "session_user",
+        "current_role",
+        "pg_postmaster_start_time",
+        "pg_conf_load_time",
+        "localtime",
+        "localtimestamp",
+        "current_date",
+        "current_time",
+        "current_timestamp",
+        "pg_export_snapshot",
+        "timezone",
     }
-)  # fmt: skip
+)
 _AGGREGATES: Final = frozenset(
     {
-        "count", "sum", "avg", "min", "max", "array_agg", "string_agg", "bool_and", "bool_or", "every",
-        "bit_and", "bit_or", "bit_xor", "json_agg", "jsonb_agg", "json_object_agg", "jsonb_object_agg",
-        "xmlagg", "stddev", "stddev_pop", "stddev_samp", "variance", "var_pop", "var_samp", "corr",
-        "covar_pop", "covar_samp", "regr_avgx", "regr_avgy", "regr_count", "regr_intercept", "regr_r2",
-        "regr_slope", "regr_sxx", "regr_sxy", "regr_syy", "percentile_cont", "percentile_disc", "mode",
-        "range_agg", "range_intersect_agg", "any_value", "rank", "dense_rank", "percent_rank", "cume_dist",
-        "row_number", "ntile", "lag", "lead", "first_value", "last_value", "nth_value",
+        "count",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "array_agg",
+        "string_agg",
+        "bool_and",
+        "bool_or",
+        "every",
+        "bit_and",
+        "bit_or",
+        "bit_xor",
+        "json_agg",
+        "jsonb_agg",
+        "json_object_agg",
+        "jsonb_object_agg",
+        "xmlagg",
+        "stddev",
+        "stddev_pop",
+        "stddev_samp",
+        "variance",
+        "var_pop",
+        "var_samp",
+        "corr",
+        "covar_pop",
+        "covar_samp",
+        "regr_avgx",
+        "regr_avgy",
+        "regr_count",
+        "regr_intercept",
+        "regr_r2",
+        "regr_slope",
+        "regr_sxx",
+        "regr_sxy",
+        "regr_syy",
+        "percentile_cont",
+        "percentile_disc",
+        "mode",
+        "range_agg",
+        "range_intersect_agg",
+        "any_value",
+        "rank",
+        "dense_rank",
+        "percent_rank",
+        "cume_dist",
+        "row_number",
+        "ntile",
+        "lag",
+        "lead",
+        "first_value",
+        "last_value",
+        "nth_value",
     }
-)  # fmt: skip
+)
 _NODE_NAMES: Final[dict[type[ast.Node], str]] = {
     ast.A_ArrayExpr: "array constructors are",
     ast.A_Indirection: "subscripts and field selections are",
@@ -165,10 +250,20 @@ def _where_clause(text: str, shown: str) -> ast.Node:
 
 def _extra_clauses(stmt: ast.SelectStmt) -> bool:
     others = (
-        stmt.distinctClause, stmt.intoClause, stmt.groupClause, stmt.havingClause, stmt.windowClause,
-        stmt.valuesLists, stmt.sortClause, stmt.limitOffset, stmt.limitCount, stmt.lockingClause,
-        stmt.withClause, stmt.larg, stmt.rarg,
-    )  # fmt: skip
+        stmt.distinctClause,
+        stmt.intoClause,
+        stmt.groupClause,
+        stmt.havingClause,
+        stmt.windowClause,
+        stmt.valuesLists,
+        stmt.sortClause,
+        stmt.limitOffset,
+        stmt.limitCount,
+        stmt.lockingClause,
+        stmt.withClause,
+        stmt.larg,
+        stmt.rarg,
+    )
     return any(o for o in others) or len(stmt.targetList or ()) != 1 or len(stmt.fromClause or ()) != 1
 
 
@@ -349,8 +444,9 @@ class _Checker:
         if arities is None:
             self.fail(f"function {shown} is not in cdcd's list of supported built-in functions")
         if len(node.args or ()) not in arities or node.func_variadic:
-            self.fail(f"function {show(node)} is not supported: {name}() takes {' or '.join(map(str, arities))}"
-                      " argument(s)")  # fmt: skip
+            self.fail(
+                f"function {show(node)} is not supported: {name}() takes {' or '.join(map(str, arities))} argument(s)"
+            )
         if name in _CASE_MAPPING:
             self.collation_sensitive(node.args or ())
         self.visit_all(node.args)
@@ -375,8 +471,10 @@ class _Checker:
         if len(self.collations) > 1:
             self.fail(f"explicit collations {' and '.join(sorted(self.collations))} are mixed: use one of them")
         if names[-1] not in _C_COLLATIONS or len(names) > 2 or (len(names) == 2 and names[0] != "pg_catalog"):
-            self.fail(f'collation {".".join(names)} is not supported: cdcd evaluates text only as under collation'
-                      ' "C" (COLLATE "C", "POSIX" or "ucs_basic")')  # fmt: skip
+            self.fail(
+                f"collation {'.'.join(names)} is not supported: cdcd evaluates text only as under collation"
+                ' "C" (COLLATE "C", "POSIX" or "ucs_basic")'
+            )
         self.visit(node.arg)
 
     def value_function(self, node: ast.SQLValueFunction) -> None:

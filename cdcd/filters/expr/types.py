@@ -41,15 +41,39 @@ class T:
 
 
 DISPLAY: Final = {
-    "int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real", "float8": "double precision",
-    "varchar": "character varying", "bpchar": "character", "bool": "boolean", "time": "time without time zone",
-    "timestamp": "timestamp without time zone", "timestamptz": "timestamp with time zone",
-}  # fmt: skip
+    "int2": "smallint",
+    "int4": "integer",
+    "int8": "bigint",
+    "float4": "real",
+    "float8": "double precision",
+    "varchar": "character varying",
+    "bpchar": "character",
+    "bool": "boolean",
+    "time": "time without time zone",
+    "timestamp": "timestamp without time zone",
+    "timestamptz": "timestamp with time zone",
+}
 _OIDS: Final = {
-    16: "bool", 17: "bytea", 19: "name", 20: "int8", 21: "int2", 23: "int4", 25: "text", 26: "oid", 700: "float4",
-    701: "float8", 1042: "bpchar", 1043: "varchar", 1082: "date", 1083: "time", 1114: "timestamp",
-    1184: "timestamptz", 1186: "interval", 1700: "numeric", 2950: "uuid",
-}  # fmt: skip
+    16: "bool",
+    17: "bytea",
+    19: "name",
+    20: "int8",
+    21: "int2",
+    23: "int4",
+    25: "text",
+    26: "oid",
+    700: "float4",
+    701: "float8",
+    1042: "bpchar",
+    1043: "varchar",
+    1082: "date",
+    1083: "time",
+    1114: "timestamp",
+    1184: "timestamptz",
+    1186: "interval",
+    1700: "numeric",
+    2950: "uuid",
+}
 TYPE_OIDS: Final = {name: oid for oid, name in _OIDS.items()}
 FIRST_NORMAL_OID: Final = 16384
 

@@ -113,11 +113,24 @@ _SPACE = "[ \t\n\r\v\f]*"
 _INT_RE: Final = re.compile(f"{_SPACE}([+-]?[0-9]+){_SPACE}")
 _NUM_RE: Final = re.compile(f"{_SPACE}([+-]?(?:[0-9]+\\.?[0-9]*|\\.[0-9]+)(?:[eE][+-]?[0-9]+)?){_SPACE}")
 _SPECIALS: Final = {
-    "nan": "NaN", "infinity": "Infinity", "+infinity": "Infinity", "-infinity": "-Infinity", "inf": "Infinity",
-    "+inf": "Infinity", "-inf": "-Infinity",
-}  # fmt: skip
-_BOOLS: Final = (("true", True, 1), ("false", False, 1), ("yes", True, 1), ("no", False, 1), ("on", True, 2),
-                 ("off", False, 2), ("1", True, 1), ("0", False, 1))  # fmt: skip
+    "nan": "NaN",
+    "infinity": "Infinity",
+    "+infinity": "Infinity",
+    "-infinity": "-Infinity",
+    "inf": "Infinity",
+    "+inf": "Infinity",
+    "-inf": "-Infinity",
+}
+_BOOLS: Final = (
+    ("true", True, 1),
+    ("false", False, 1),
+    ("yes", True, 1),
+    ("no", False, 1),
+    ("on", True, 2),
+    ("off", False, 2),
+    ("1", True, 1),
+    ("0", False, 1),
+)
 _DATE_RE: Final = r"(?P<y>[0-9]{4,})-(?P<m>[0-9]{1,2})-(?P<d>[0-9]{1,2})"
 _TIME_RE: Final = r"(?P<H>[0-9]{1,2}):(?P<M>[0-9]{2})(?::(?P<S>[0-9]{2})(?:\.(?P<f>[0-9]+))?)?"
 _ZONE_RE: Final = r"(?P<z>Z|UTC|GMT|(?P<zsign>[+-])(?P<zh>[0-9]{1,2})(?::?(?P<zm>[0-9]{2})(?::?(?P<zs>[0-9]{2}))?)?)"
