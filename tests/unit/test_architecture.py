@@ -1,0 +1,153 @@
+"""The shape docs/architecture.md describes, checked on the source: no import cycles inside cdcd/, the pure
+stages never reach psycopg or confluent-kafka (not even through another module), no module imports both, and
+the Kafka sink holds no Debezium rules."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "cdcd"
+EDGES = ("psycopg", "confluent_kafka")
+# Sans-I/O: bytes and values in, events out. Each may use the others, never the network libraries.
+PURE = (
+    "cdcd.pgoutput",
+    "cdcd.pgtypes",
+    "cdcd.assembly",
+    "cdcd.batches",
+    "cdcd.filters",
+    "cdcd.plan",
+    "cdcd.shaping",
+    "cdcd.avro",
+    "cdcd.progress",
+    "cdcd.replication.core",
+    "cdcd.snapshot.runner",
+    "cdcd.snapshot.window",
+    "cdcd.snapshot.control",
+    "cdcd.snapshot.copy",
+    "cdcd.snapshot.xids",
+    "cdcd.source.protocol",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def _imported(path: Path, name: str) -> Iterator[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            yield base
+            yield from (f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES)
+
+
+@cache
+def imports(name: str) -> frozenset[str]:
+    """What ``name`` imports (anywhere in it, also inside functions): cdcd modules, and the top-level name of
+    others. Importing ``a.b.c`` also runs ``a`` and ``a.b``."""
+    out: set[str] = set()
+    for target in _imported(MODULES[name], name):
+        if target.startswith("cdcd"):
+            parts = target.split(".")
+            out.update(p for p in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if p in MODULES)
+        else:
+            out.add(target.split(".")[0])
+    out.discard(name)
+    return frozenset(out)
+
+
+def reachable(name: str) -> set[str]:
+    seen, todo = set(), [name]
+    while todo:
+        for target in imports(todo.pop()):
+            if target not in seen:
+                seen.add(target)
+                if target in MODULES:
+                    todo.append(target)
+    return seen
+
+
+def stage(name: str) -> str:
+    """The stage a module belongs to: ``cdcd.<package or module>``."""
+    return ".".join(name.split(".")[:2])
+
+
+def cycles(edges: dict[str, set[str]]) -> list[str]:
+    found = []
+    for start in edges:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            current, path = stack.pop()
+            for target in edges.get(current, set()):
+                if target == start:
+                    found.append(" -> ".join([*path, start]))
+                elif target not in seen:
+                    seen.add(target)
+                    stack.append((target, [*path, target]))
+    return found
+
+
+def test_no_import_cycles_between_modules() -> None:
+    # A package importing its own submodules (its __init__ re-exporting them) is not a cycle.
+    edges = {
+        name: {t for t in imports(name) if t in MODULES and not name.startswith(t + ".") and t != "cdcd"}
+        for name in MODULES
+        if name != "cdcd"
+    }
+    assert cycles(edges) == []
+
+
+def test_no_import_cycles_between_stages() -> None:
+    edges: dict[str, set[str]] = {}
+    for name in MODULES:
+        if name != "cdcd":
+            targets = {stage(t) for t in imports(name) if t in MODULES and t != "cdcd"}
+            edges.setdefault(stage(name), set()).update(targets - {stage(name)})
+    assert cycles(edges) == []
+
+
+@pytest.mark.parametrize("stage", PURE)
+def test_pure_stages_never_reach_the_network_libraries(stage: str) -> None:
+    modules = [m for m in MODULES if m == stage or m.startswith(stage + ".")]
+    assert modules
+    for module in modules:
+        assert not reachable(module) & set(EDGES), f"{module} reaches {sorted(reachable(module) & set(EDGES))}"
+
+
+def test_no_module_imports_both_psycopg_and_confluent_kafka() -> None:
+    both = [name for name in MODULES if set(EDGES) <= imports(name)]
+    assert both == []
+    assert "psycopg" in imports("cdcd.source.walsender")  # the check sees real imports
+    assert "confluent_kafka" in imports("cdcd.sink.kafka")
+
+
+def test_the_kafka_sink_is_transport_only() -> None:
+    tree = ast.parse(MODULES["cdcd.sink.kafka"].read_text(encoding="utf-8"))
+    for node in ast.walk(tree):  # the code only: docstrings may say where the rules went
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+        ):
+            body.pop(0)
+    source = ast.unparse(tree)
+    rules = ("__debezium", "BEGIN", "'d'", "'c'", "'t'", "'r'", "key_changed", "encode_value", "TxInfo", "OP_CODES")
+    for rule in rules:
+        assert rule not in source, f"cdcd/sink/kafka.py mentions {rule}: Debezium rules belong in cdcd/shaping.py"
