@@ -165,7 +165,7 @@ class Run:
         its LSN (so Kafka acknowledged every event before it), then consume to the end of every topic."""
         self.wait_confirmed(timeout)
         ends = self._high_watermarks()
-        return self.consume_until(lambda _: all(self.positions.get(tp, 0) >= end for tp, end in ends.items()))
+        return self.consume_until(lambda _: all(self.positions.get(tp, 0) >= end for tp, end in ends.items()), timeout)
 
     def wait_confirmed(self, timeout: float = 90) -> None:
         """Until cdcd confirmed the position of a message emitted now: Kafka has everything committed before."""
