@@ -26,7 +26,7 @@ from cdcd.logging import library_logger
 from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import Change, LogicalMessage
 from cdcd.progress import Entry, Progress
-from cdcd.shaping import EventShaper, Headers, Record
+from cdcd.shaping import Emit, EventShaper, Headers
 from cdcd.sink import SessionContext, SinkFailure
 
 log = structlog.get_logger("cdcd.sink.kafka")
@@ -93,13 +93,18 @@ class KafkaSink:
 
     def write_transaction(self, txn: Transaction, changes: Iterable[Change], progress: Progress) -> None:
         entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
-        self._produce_all(self.shaper.transaction(txn, changes), progress, entry)
+        self.shaper.transaction(txn, changes, self._emitter(progress, entry))
+        progress.seal(entry)
 
     def write_message(self, message: LogicalMessage, progress: Progress) -> None:
-        self._produce_all((self.shaper.message(message),), progress, progress.open(message.lsn))
+        entry = progress.open(message.lsn)
+        self.shaper.message(message, self._emitter(progress, entry))
+        progress.seal(entry)
 
     def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None:
-        self._produce_all(self.shaper.snapshot(batch), progress, progress.open(batch.lsn, None, batch.done))
+        entry = progress.open(batch.lsn, None, batch.done)
+        self.shaper.snapshot(batch, self._emitter(progress, entry))
+        progress.seal(entry)
 
     def poll(self) -> None:
         self.producer.poll(0)
@@ -140,8 +145,10 @@ class KafkaSink:
         if self._failure is None:
             self._failure = f"delivery to {topic} failed: {error.str()}"
 
-    def _acker(self, progress: Progress, entry: Entry) -> Acked:
-        failed = self._failed
+    def _emitter(self, progress: Progress, entry: Entry) -> Emit:
+        """Produce each record for ``entry``: it is finished once Kafka acknowledged every one."""
+        failed, producer = self._failed, self.producer
+        produce = producer.produce
 
         def acked(error: KafkaError | None, message: Message) -> None:
             if error is None:
@@ -149,13 +156,7 @@ class KafkaSink:
             else:
                 failed(str(message.topic()), error)
 
-        return acked
-
-    def _produce_all(self, records: Iterable[Record], progress: Progress, entry: Entry) -> None:
-        """Produce ``records`` for ``entry``, then seal it: it is done once Kafka acknowledged every one."""
-        acked = self._acker(progress, entry)
-        produce = self.producer.produce
-        for topic, key, value, headers in records:
+        def emit(topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
             entry.outstanding += 1
             try:
                 if headers is None:
@@ -166,8 +167,9 @@ class KafkaSink:
                 self._produce_when_room(topic, key, value, acked, headers)
             self.produced += 1
             if self.produced % 1000 == 0:
-                self.producer.poll(0)
-        progress.seal(entry)
+                producer.poll(0)
+
+        return emit
 
     def _produce_when_room(
         self, topic: str, key: bytes | None, value: bytes | None, acked: Acked, headers: Headers | None

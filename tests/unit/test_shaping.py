@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 import json
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from fastavro import parse_schema, schemaless_reader
 from cdcd.batches import SnapshotBatch, Transaction
 from cdcd.pgoutput.messages import UNCHANGED_TOAST, Change, Column, LogicalMessage, Relation, Row, RowChange, Truncate
 from cdcd.plan import Plans, definition
-from cdcd.shaping import NEW_KEY_HEADER, OLD_KEY_HEADER, EventShaper, Order, Record, key_changed, topic_name
+from cdcd.shaping import NEW_KEY_HEADER, OLD_KEY_HEADER, Emit, EventShaper, Order, Record, key_changed, topic_name
 
 REL = Relation(16384, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False)))
 FULL = Relation(16385, "public", "f", "f", (Column("id", 23, -1, True), Column("v", 25, -1, True)))
@@ -70,8 +71,14 @@ def txn(*changes: Change, xid: int = 7, commit_lsn: int = 0x100) -> Transaction:
     return Transaction(xid, commit_lsn, commit_lsn + 8, 0, False, Buffer(changes))
 
 
+def collect(shaping: Callable[[Emit], None]) -> list[Record]:
+    records: list[Record] = []
+    shaping(lambda topic, key, value, headers: records.append((topic, key, value, headers)))
+    return records
+
+
 def shape(s: EventShaper, t: Transaction) -> list[Record]:
-    return list(s.transaction(t, t.changes()))
+    return collect(partial(s.transaction, t, t.changes()))
 
 
 def row(op: str, old: Row | None, new: Row | None, rel: Relation = REL, old_is_key: bool = False) -> RowChange:
@@ -185,7 +192,7 @@ def test_no_begin_and_end_for_a_transaction_without_events() -> None:
 def test_messages_go_to_the_message_topic() -> None:
     registry = Registry()
     s = shaper(registry)
-    topic, key, value, _ = s.message(LogicalMessage(False, 0x40, "app", b"hello"))
+    ((topic, key, value, _),) = collect(partial(s.message, LogicalMessage(False, 0x40, "app", b"hello")))
     assert (topic, registry.decode(key)) == ("cdcd.message", {"prefix": "app"})
     assert registry.decode(value)["message"] == {"prefix": "app", "content": b"hello"}
     in_txn = shape(s, txn(LogicalMessage(True, 0x50, "app", b"x")))
@@ -200,7 +207,7 @@ def test_snapshot_rows_are_read_events_marked_at_the_ends(first: bool, last: boo
     registry = Registry()
     s = shaper(registry)
     batch = SnapshotBatch(REL, [("1", "a"), ("2", "b"), ("3", "c")], 0x300, NOW_US, "true", first, last)
-    out = decoded(registry, s.snapshot(batch))
+    out = decoded(registry, collect(partial(s.snapshot, batch)))
     assert [(key, value["op"], value["source"]["snapshot"]) for _, key, value in out] == [
         ({"id": i + 1}, "r", m) for i, m in enumerate(markers)
     ]
