@@ -165,7 +165,7 @@ class ReplicationLoop:
                 )
                 self.state.postgresql_up = True
                 self.state.server, self.state.server_version = reader.server(), _version(info.server_version)
-                context = SessionContext(info.database, decoder.types, self._beat, plans)
+                context = SessionContext(info.database, decoder.types, self._beat_unless_stopped, plans)
                 if info.exported_snapshot is not None and state.initial == "running":
                     self._initial_snapshot(info, self.snapshotter, context)
                     if mode == "initial_only" or self.stop.is_set():
@@ -179,7 +179,7 @@ class ReplicationLoop:
                 )
                 self.state.streaming, self.state.phase = True, "streaming"
                 self.notifier.ready(f"streaming from slot {source.slot}")
-                keep_alive = partial(self._status_if_due, walsender, core)
+                keep_alive = partial(self._keep_alive, walsender, core)
                 self.sink.start_session(SessionContext(info.database, decoder.types, keep_alive, plans))
                 self._stream(walsender, core)
             finally:
@@ -220,6 +220,19 @@ class ReplicationLoop:
     def _beat(self) -> None:
         self.state.heartbeat = time.monotonic()
         self.notifier.watchdog()
+
+    def _beat_unless_stopped(self) -> None:
+        """The sink waits for Kafka (a full queue, a topic being made): a stop request ends the wait; what it
+        waited for is not confirmed, so a restart sends it again."""
+        if self.stop.is_set():
+            raise _Stopped
+        self._beat()
+
+    def _keep_alive(self, walsender: Walsender, core: ReplicationCore) -> None:
+        """As ``_beat_unless_stopped``, and status updates go on meanwhile (or the server drops the connection)."""
+        if self.stop.is_set():
+            raise _Stopped
+        self._status_if_due(walsender, core)
 
     def _snapshot_poll(self) -> None:
         self.sink.poll()

@@ -75,3 +75,28 @@ def test_sigterm_under_load_loses_nothing(db: Database, run: Run) -> None:
     assert len(keys) == ROWS, f"{ROWS - len(keys)} committed rows are missing from Kafka"
     assert keys == set(range(ROWS))
     assert run.stop() == 0
+
+
+def test_sigterm_while_kafka_is_unreachable_stops_at_once_and_confirms_nothing(db: Database, run: Run) -> None:
+    """Kafka never answers (nothing listens on the port): cdcd waits for it to create the first topic; SIGTERM
+    ends that wait at once (not after the 60 s topic deadline), exit 0, and the change it was holding is not
+    confirmed: the slot still has it for the next run."""
+    db.execute(SCHEMA)
+    run.start(bootstrap_servers="127.0.0.1:9")  # discard port: connections are refused
+    start_lsn = db.execute("SELECT pg_current_wal_lsn()::text")[0][0]
+    db.execute("INSERT INTO items (id, v, n) VALUES (1, 'x', 1)")
+    assert run.proc is not None
+    time.sleep(5)  # the change reaches the sink, which waits for the broker to make its topic (up to 60 s)
+    run._check_alive()
+    started = time.monotonic()
+    run.proc.send_signal(signal.SIGTERM)
+    code = run.proc.wait(timeout=30)
+    elapsed = time.monotonic() - started
+    log = run.log.read_text()
+    assert code == 0, f"exit {code} after SIGTERM:\n{log[-3000:]}"
+    assert elapsed < 5, f"took {elapsed:.1f}s to stop:\n{log[-3000:]}"
+    assert '"event": "stopped"' in log
+    confirmed = db.execute(
+        "SELECT confirmed_flush_lsn <= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s", [start_lsn, run.slot]
+    )[0][0]
+    assert confirmed, "the slot was confirmed past a change Kafka never had"
