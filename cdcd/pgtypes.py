@@ -541,14 +541,15 @@ def split_array_binary(b: bytes) -> list[bytes | None]:
 # --------------------------------------------------------------------------------------------- the table
 
 
-def _binary_unsupported(what: str) -> Callable[[bytes], Any]:
+def binary_unsupported(what: str) -> Callable[[bytes], Any]:
     def convert(b: bytes) -> Any:
         raise ValueError(f"the binary form of {what} is not supported; use the text format (binary: false)")
 
     return convert
 
 
-def _text(s: str) -> str:
+def identity(s: str) -> str:
+    """A text form kept as it is (the Avro encoder inlines this one)."""
     return s
 
 
@@ -569,7 +570,7 @@ def _c(name: str, text: Callable[[str], Any], binary: Callable[[bytes], Any]) ->
 
 
 def _string(name: str, binary: Callable[[bytes], Any] = _utf8) -> Codec:
-    return Codec(name, _text, binary)
+    return Codec(name, identity, binary)
 
 
 CODECS: Final[dict[int, Codec]] = {
@@ -595,7 +596,7 @@ CODECS: Final[dict[int, Codec]] = {
     1186: _c("interval", parse_interval_text, interval_binary),  # (months, days, microseconds)
     1266: _string("timetz", _timetz_binary),
     1700: _string("numeric", numeric_binary_to_text),
-    2950: _c("uuid", _text, _uuid_binary),
+    2950: _c("uuid", identity, _uuid_binary),
     3802: _string("jsonb", _jsonb_binary),
 }
 NUMERIC_OID: Final = 1700
@@ -649,4 +650,4 @@ def codec(type_oid: int) -> Codec:
     element = ARRAY_ELEMENTS.get(type_oid)
     if element is not None:
         return _array(CODECS[element])
-    return Codec(f"oid {type_oid}", _text, _binary_unsupported(f"type oid {type_oid}"))
+    return Codec(f"oid {type_oid}", identity, binary_unsupported(f"type oid {type_oid}"))

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from cdcd.avro.schema import ColumnSchema, RelationSchemas
-from cdcd.avro.types import ConversionError, Datum, TypeMapping, identity
+from cdcd.avro.types import ConversionError, Datum, TypeMapping
 from cdcd.pgoutput.messages import Row
+from cdcd.pgtypes import identity
 
 CONNECTOR: Final = "postgresql"
 

@@ -50,6 +50,8 @@ from cdcd.pgtypes import (
     INT64_MIN,
     NUMERIC_OID,
     IrregularArray,
+    binary_unsupported,
+    identity,
     interval_binary,
     numeric_binary_parts,
     numeric_typmod,
@@ -173,17 +175,6 @@ def _interval_binary(b: bytes) -> str:
 # --------------------------------------------------------------------------------------------- the table
 
 
-def _binary_unsupported(pg_type: str) -> Callable[[bytes], Datum]:
-    def convert(b: bytes) -> Datum:
-        raise ValueError(f"the binary form of {pg_type} is not supported; use the text format (binary: false)")
-
-    return convert
-
-
-def identity(s: str) -> str:
-    return s
-
-
 @dataclass(frozen=True, slots=True)
 class TypeMapping:
     """How one column type becomes Avro.
@@ -301,7 +292,7 @@ def type_mapping(type_oid: int, typmod: int = -1, user_type: str | None = None) 
             ({"type": "string", "pg.type": user_type},),
             "string",
             identity,
-            _binary_unsupported(f"user-defined type {user_type} (oid {type_oid})"),
+            binary_unsupported(f"user-defined type {user_type} (oid {type_oid})"),
             doc=f"PostgreSQL type {user_type} (oid {type_oid}), as its text form",
         )
     return TypeMapping(
@@ -309,6 +300,6 @@ def type_mapping(type_oid: int, typmod: int = -1, user_type: str | None = None) 
         ({"type": "string", "pg.type.oid": type_oid},),
         "string",
         identity,
-        _binary_unsupported(f"type oid {type_oid}"),
+        binary_unsupported(f"type oid {type_oid}"),
         doc=f"PostgreSQL type oid {type_oid} (not built in), as its text form",
     )

@@ -359,3 +359,13 @@ def test_column_changes_name_dropped_added_and_retyped_columns() -> None:
     changes = column_changes(build_schemas(old, "p").envelope, build_schemas(new, "p").envelope)
     assert changes == ["column gone dropped", "column new col added", "column v changed type from int to string"]
     assert column_changes(build_schemas(old, "p").key or {}, build_schemas(old, "p").key or {}) == []
+
+
+def test_text_kept_as_is_is_the_function_the_encoder_inlines() -> None:
+    from cdcd.avro.encoder import _datum_expr  # noqa: PLC0415 - the compiled encoder's inlining rule
+    from cdcd.pgtypes import identity  # noqa: PLC0415
+
+    for oid in (25, 1043, 2950, 114, 99999):  # text, varchar, uuid, json, a type not built in
+        assert type_mapping(oid).from_text is identity
+        assert _datum_expr(type_mapping(oid), "f") == "v"
+    assert _datum_expr(type_mapping(23), "f") == "int(v)"
