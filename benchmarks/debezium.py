@@ -166,7 +166,8 @@ class DebeziumBench(KafkaBench):
     ) -> Progress:
         """Poll the slot and the topics' high watermarks until they hold ``expected`` messages."""
         progress = Progress()
-        counter = Consumer({"bootstrap.servers": self.args.bootstrap_servers, "group.id": f"{prefix}-watch"})
+        counter = Consumer({"bootstrap.servers": self.args.bootstrap_servers, "group.id": f"{prefix}-watch",
+                            "topic.metadata.refresh.interval.ms": 500})  # fmt: skip
         next_count, counts = 0.0, {}
         try:
             while True:
@@ -221,14 +222,17 @@ class DebeziumBench(KafkaBench):
 
 
 def _high_watermarks(consumer: Consumer, prefix: str, expected: dict[str, int]) -> dict[str, int]:
-    """Messages in each expected topic (one partition each: the connector creates them so); 0 while absent."""
+    """Messages in each expected topic (one partition each: the connector creates them so); 0 while absent.
+    Fresh metadata first: a watermark query on a topic librdkafka last saw missing keeps failing until its
+    metadata is refreshed."""
+    topics = consumer.list_topics(timeout=10).topics
     counts = {}
     for suffix in expected:
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(f"{prefix}.{suffix}", 0), timeout=5)
-        except KafkaException:
-            low = high = 0
-        counts[suffix] = high - low
+        name = f"{prefix}.{suffix}"
+        counts[suffix] = 0
+        if name in topics and topics[name].error is None and 0 in topics[name].partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=10)
+            counts[suffix] = high - low
     return counts
 
 
