@@ -24,7 +24,7 @@ plus two per transaction for ``tx``). cdcd is run as kafka.py runs it: from laun
 workload's end LSN, which it does only once Kafka acknowledged every message (then its topics are counted too).
 
 Reported per run: seconds, rows/s, start-up (launch until the slot is active: for Debezium a JVM, Connect's
-plugin scan and the connector's start), the consumer's CPU (cdcd: wait4; Debezium: /proc when the count was
+plugin discovery and the connector's start), the consumer's CPU (cdcd: wait4; Debezium: /proc when the count was
 reached) and the part of it spent before the slot was active, the walsender's and broker's CPU, peak RSS (VmHWM
 sampled every 20 ms), the messages in Kafka. The summary gives the ratio cdcd rows/s / Debezium rows/s, from
 launch and excluding start-up (seconds after the slot became active).
@@ -32,7 +32,7 @@ launch and excluding start-up (seconds after the slot became active).
 Run from the repository root, with the stack up (``deploy/local/stack up pg kafka registry debezium``; the
 benchmark uses the component's jars, not its shared worker)::
 
-    .venv/bin/python benchmarks/debezium.py            # 1,000,000 rows + 100,000 transactions, 1 round (~6 min)
+    .venv/bin/python benchmarks/debezium.py            # 1,000,000 rows + 100,000 transactions, 1 round (~5 min)
     .venv/bin/python benchmarks/debezium.py --quick    # 100,000 rows + 10,000 transactions (~2 min)
     .venv/bin/python benchmarks/debezium.py --variants plain --workloads large --repeat 2
 
