@@ -30,7 +30,7 @@ $(AVROREAD): tools/avroread/go.mod tools/avroread/go.sum $(wildcard tools/avrore
 	mkdir -p $(dir $@)
 	cd tools/avroread && GOFLAGS=-mod=readonly $(GO) vet ./... && GOFLAGS=-mod=readonly $(GO) build -trimpath -o $(abspath $@) .
 
-# debezium: Kafka Connect with Debezium's PostgreSQL connector (tests/integration/test_debezium.py), ~15-25 s to start.
+# debezium: Kafka Connect with Debezium's PostgreSQL connector (tests/integration/test_debezium.py): ~5 s to start.
 stack:
 	$(STACK) up all debezium
 	for v in $(PG_VERSIONS); do PG_VERSION=$$v $(STACK) up pg; done
