@@ -30,8 +30,9 @@ $(AVROREAD): tools/avroread/go.mod tools/avroread/go.sum $(wildcard tools/avrore
 	mkdir -p $(dir $@)
 	cd tools/avroread && GOFLAGS=-mod=readonly $(GO) vet ./... && GOFLAGS=-mod=readonly $(GO) build -trimpath -o $(abspath $@) .
 
+# debezium: Kafka Connect with Debezium's PostgreSQL connector (tests/integration/test_debezium.py): ~5 s to start.
 stack:
-	$(STACK) up all
+	$(STACK) up all debezium
 	for v in $(PG_VERSIONS); do PG_VERSION=$$v $(STACK) up pg; done
 
 # Bring up the local stack and show changes flowing through the daemon on a demo workload.
