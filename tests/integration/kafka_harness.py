@@ -22,10 +22,12 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from cdcd.shaping import NEW_KEY_HEADER, OLD_KEY_HEADER
 from tests.integration.conftest import Database, PgServer, scratch_database
 
 # Before cdcd creates the topics the pattern subscription finds none; end of partition is not an error.
 _TRANSIENT = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._PARTITION_EOF}
+KEY_HEADERS = (OLD_KEY_HEADER, NEW_KEY_HEADER)
 
 
 @dataclass
@@ -154,7 +156,8 @@ class Run:
             key = None if message.key() is None else self._deserialize(message.key(), key_ctx)
             value = None if message.value() is None else self._deserialize(message.value(), value_ctx)
             headers: list[tuple[str, bytes]] = message.headers() or []  # type: ignore[assignment]
-            moved = {name: self._deserialize(raw, key_ctx) for name, raw in headers if raw}
+            # the key-change headers carry Avro keys; others (Debezium's __debezium.context.*) are left alone
+            moved = {name: self._deserialize(raw, key_ctx) for name, raw in headers if raw and name in KEY_HEADERS}
             partition, offset = message.partition() or 0, message.offset() or 0
             self.events.append(Event(topic, key, value, moved, partition, offset))
             self.positions[topic, partition] = offset + 1
