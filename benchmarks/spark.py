@@ -21,12 +21,15 @@ subjects are removed at the end. Run from the repository root with the local sta
 
     .venv/bin/python benchmarks/spark.py              # 200,000 rows (~1.5 min)
     .venv/bin/python benchmarks/spark.py --rows 20000 # quick
+    .venv/bin/python benchmarks/spark.py --reference ../other-checkout --rounds 2   # before / after, alternating
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -37,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from local_stack import CDCD_ENV, count_messages, delete_topics, stack_env, wait_until, write_config
+from local_stack import CDCD_ENV, ROOT, count_messages, delete_topics, stack_env, wait_until, write_config
 
 from cdcd.spark.job import Options, session, start
 
@@ -177,13 +180,50 @@ def cleanup(env: dict[str, str], name: str, work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+FIGURES = {
+    "backlog events/s": re.compile(r"^backlog: .* = ([\d,]+) events/s", re.M),
+    "micro-batches": re.compile(r"^backlog: .*\((\d+) micro-batches\)", re.M),
+    "last COMMIT -> mirror equal, s": re.compile(r"^convergence: mirror equal to the source ([\d.]+) s", re.M),
+}
+
+
+def compare_trees(args: argparse.Namespace) -> int:
+    """Run this benchmark of the reference tree and of this one, alternating, each in a process of its own (its
+    own ``cdcd.spark``, the same workload), and print their figures side by side."""
+    own = ["--rows", str(args.rows), "--trigger-interval", args.trigger_interval]
+    if args.max_offsets_per_trigger:
+        own += ["--max-offsets-per-trigger", str(args.max_offsets_per_trigger)]
+    trees = {"reference": Path(args.reference).resolve(), "this tree": ROOT}
+    results: dict[str, list[dict[str, str]]] = {name: [] for name in trees}
+    for round_ in range(args.rounds):
+        for name, tree in trees.items():
+            print(f"--- round {round_ + 1}: {name} ({tree}) ---", flush=True)
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            command = [sys.executable, str(tree / "benchmarks" / "spark.py"), *own]
+            done = subprocess.run(command, check=False, cwd=tree, env=env, capture_output=True, text=True)
+            print(done.stdout, end="", flush=True)
+            if done.returncode:
+                print(done.stderr[-3000:])
+                return done.returncode
+            results[name].append({k: m.group(1) if (m := r.search(done.stdout)) else "?" for k, r in FIGURES.items()})
+    print("\n| tree | " + " | ".join(FIGURES) + " |\n|---|" + "---|" * len(FIGURES))
+    for name, runs in results.items():
+        for run in runs:
+            print(f"| {name} | " + " | ".join(run[k] for k in FIGURES) + " |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--trigger-interval", default="1 second")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument("--verbose", action="store_true", help="log each micro-batch (events, seconds)")
+    parser.add_argument("--reference", help="a checkout of another commit: run its benchmark too, alternating")
+    parser.add_argument("--rounds", type=int, default=1, help="with --reference: runs of each tree")
     args = parser.parse_args(argv)
+    if args.reference:
+        return compare_trees(args)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     env = stack_env()
     name = f"bench_{secrets.token_hex(4)}"

@@ -26,12 +26,15 @@ from cdcd.spark.merge import (
     OP,
     UNCHANGED,
     Position,
+    conflicts_sql,
     evolve_sql,
     first_conflict_sql,
+    insert_sql,
     latest_sql,
     merge_sql,
     movable_sql,
     move_sql,
+    moved_latest_sql,
     moves_sql,
     truncate_sql,
     window_sql,
@@ -54,12 +57,19 @@ log = logging.getLogger("cdcd.spark")
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # A MERGE copies its source first unless told not to, in case reading it twice gives other rows. Ours
+    # gives the same rows each time: the micro-batch's events (cached; read again, the same Kafka offsets) and
+    # the mirror table at the version the MERGE started from.
+    "spark.databricks.delta.merge.materializeSource": "none",
 }
 # Laptop defaults; anything here can be overridden with --conf (a cluster sets its own master and resources).
 LOCAL_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
+    # Delta rebuilds a table's snapshot (its file list) after each commit, in 50 tasks by default: seconds of a
+    # micro-batch on a laptop for a log of a few hundred files.
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 PROP_SCHEMA_ID = "cdcd.schema_id"
 PROP_SCHEMA_AT = "cdcd.schema_position"
@@ -185,6 +195,7 @@ class BatchSummary:
     truncated: Position | None
     rows: int
     moves: int  # events of key changes
+    events: int = 0  # truncates included
 
 
 def _position(text: str | None) -> Position | None:
@@ -240,16 +251,21 @@ class BatchWriter:
             *moved,
         )
         raw.persist()
+        tables: list[TableBatch] = []
         try:
+            # Two Spark jobs before the writes, whatever the number of tables: the schema ids (which also reads
+            # Kafka into the cache), then every table's summary (which decodes each table's events into the cache).
             heads = raw.select("topic", "_vh", "_kh").distinct().collect()
-            count = 0
-            for table_batch in self._tables(raw, heads):
+            tables = list(self._tables(raw, heads))
+            for table_batch in tables:
                 table_batch.events.persist()
-                try:
-                    count += self._write_table(table_batch, batch_id)
-                finally:
-                    table_batch.events.unpersist()
+            count = 0
+            for table_batch, summary in zip(tables, self._summaries(tables), strict=True):
+                count += summary.events
+                self._write_table(table_batch, summary, batch_id)
         finally:
+            for table_batch in tables:
+                table_batch.events.unpersist()
             raw.unpersist()
         log.info("batch %d: %d events in %.1f s", batch_id, count, time.monotonic() - started)
 
@@ -317,28 +333,44 @@ class BatchWriter:
         ]
         return F.coalesce(*decoded) if len(decoded) > 1 else decoded[0]
 
-    def _write_table(self, tb: TableBatch, batch_id: int) -> int:
-        summary = tb.events.selectExpr(
-            "count(*) AS n",
-            f"count_if({OP} <> 't') AS rows",
-            f"max(struct({EV_COMMIT_LSN}, {EV_LSN}, {OFFSET}, _schema_id)) AS last",
-            f"max(CASE WHEN {OP} = 't' THEN struct({EV_COMMIT_LSN}, {EV_LSN}) END) AS truncated",
-            f"count_if({MOVED_FROM} IS NOT NULL OR {MOVED_TO} IS NOT NULL) AS moves",
-        ).first()
-        assert summary is not None
-        if self.options.changelog:
-            self._append_changelog(tb, batch_id)
-        if self.options.mirror:
-            last, truncated = summary["last"], summary["truncated"]
-            batch = BatchSummary(
+    def _summaries(self, tables: list[TableBatch]) -> list[BatchSummary]:
+        """Each table's :class:`BatchSummary`, all in one Spark job."""
+        if not tables:
+            return []
+        parts = [
+            tb.events.selectExpr(
+                f"{i} AS _table",
+                "count(*) AS n",
+                f"count_if({OP} <> 't') AS rows",
+                f"max(struct({EV_COMMIT_LSN}, {EV_LSN}, {OFFSET}, _schema_id)) AS last",
+                f"max(CASE WHEN {OP} = 't' THEN struct({EV_COMMIT_LSN}, {EV_LSN}) END) AS truncated",
+                f"count_if({MOVED_FROM} IS NOT NULL OR {MOVED_TO} IS NOT NULL) AS moves",
+            )
+            for i, tb in enumerate(tables)
+        ]
+        union_all = parts[0]
+        for part in parts[1:]:
+            union_all = union_all.unionByName(part)
+        rows = {row["_table"]: row for row in union_all.collect()}
+        out = []
+        for i in range(len(tables)):
+            row = rows[i]
+            last, truncated = row["last"], row["truncated"]
+            out.append(BatchSummary(
                 (last[0], last[1]),
                 last[3],
                 None if truncated is None else (truncated[0], truncated[1]),
-                summary["rows"],
-                summary["moves"],
-            )
-            self._mirror(tb, batch)
-        return int(summary["n"])
+                row["rows"],
+                row["moves"],
+                row["n"],
+            ))  # fmt: skip
+        return out
+
+    def _write_table(self, tb: TableBatch, summary: BatchSummary, batch_id: int) -> None:
+        if self.options.changelog:
+            self._append_changelog(tb, batch_id)
+        if self.options.mirror:
+            self._mirror(tb, summary)
 
     # -- changelog ---------------------------------------------------------------------------------
 
@@ -399,6 +431,7 @@ class BatchWriter:
         if keys is None:
             return
         name = self._sql_name(tb.schema, tb.table)
+        created = state is None
         if state is None:
             state = self._create(tb, MirrorState(batch.last_schema, batch.last, keys))
         elif batch.last > state.schema_at and batch.last_schema != state.schema_id:
@@ -414,9 +447,20 @@ class BatchWriter:
         view = f"cdcd_events_{abs(hash(tb.name))}"
         tb.events.createOrReplaceTempView(view)
         if not batch.moves:
-            self._merge(name, view, keys, target, state.truncated_at)
+            self._view(view + "_latest", latest_sql(view, keys, target, state.truncated_at))
+            # A table created by this batch is empty: its rows are inserted, no MERGE needed.
+            self.spark.sql((insert_sql if created else merge_sql)(name, view + "_latest", keys, target))
             return
-        # Key changes: apply the batch in parts, each from a key change that earlier events of its keys precede.
+        rest, moves = f"{view}_rest", f"{view}_moves"
+        self._view(rest, window_sql(view, state.truncated_at, None, None))
+        self._view(moves, moves_sql(rest, keys))
+        if not self.spark.sql(f"SELECT 1 FROM ({conflicts_sql(rest, moves, keys)}) LIMIT 1").take(1):
+            # Key changes resolved in one pass: each moved row takes its old key's events and mirror row along.
+            self._view(view + "_latest", moved_latest_sql(rest, moves, name, keys, target))
+            self.spark.sql(merge_sql(name, view + "_latest", keys, target, moved=True))
+            return
+        # Chains, reused keys: apply the batch in parts, each from a key change that earlier events of its keys
+        # precede.
         start: Position | None = None
         while True:
             self._view(f"{view}_rest", window_sql(view, state.truncated_at, start, None))
