@@ -252,22 +252,27 @@ class BatchWriter:
         )
         raw.persist()
         tables: list[TableBatch] = []
+        summaries: list[BatchSummary] = []
         try:
             # Two Spark jobs before the writes, whatever the number of tables: the schema ids (which also reads
             # Kafka into the cache), then every table's summary (which decodes each table's events into the cache).
             heads = raw.select("topic", "_vh", "_kh").distinct().collect()
+            read = time.monotonic()
             tables = list(self._tables(raw, heads))
             for table_batch in tables:
                 table_batch.events.persist()
-            count = 0
-            for table_batch, summary in zip(tables, self._summaries(tables), strict=True):
-                count += summary.events
+            summaries = self._summaries(tables)
+            decoded = time.monotonic()
+            for table_batch, summary in zip(tables, summaries, strict=True):
                 self._write_table(table_batch, summary, batch_id)
         finally:
             for table_batch in tables:
                 table_batch.events.unpersist()
             raw.unpersist()
-        log.info("batch %d: %d events in %.1f s", batch_id, count, time.monotonic() - started)
+        done = time.monotonic()
+        log.info("batch %d: %d events of %d tables in %.1f s (read %.1f s, decode %.1f s, write %.1f s)", batch_id,
+                 sum(s.events for s in summaries), len(tables), done - started, read - started, decoded - read,
+                 done - decoded)  # fmt: skip
 
     def _tables(self, raw: DataFrame, heads: Iterable[Any]) -> Iterable[TableBatch]:
         by_topic: dict[str, tuple[set[int], set[int]]] = {}
