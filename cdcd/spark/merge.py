@@ -10,8 +10,10 @@ A key change is a delete under the old key and a create under the new one, each 
 header (``MOVED_FROM`` on the create, ``MOVED_TO`` on the delete). Before the events apply, the mirror's row
 moves to the new key, just before the change's position (whichever half arrives first moves it), so the create
 updates it and keeps what it did not send: unchanged TOAST values, as PostgreSQL's own subscriber does when it
-updates the row in place. A batch is applied in parts split at any key change that an earlier event of the
-batch on its old or new key precedes, so the row moves as those events left it.
+updates the row in place. The row moves as the batch's earlier events left it: in one MERGE
+(:func:`moved_latest_sql`), where the old key's events before the change count as the new key's; or, when
+:func:`conflicts_sql` finds a chain, a reused key or an earlier event on a new key, in parts split at each such
+change (:func:`first_conflict_sql`, :func:`move_sql`).
 """
 
 from __future__ import annotations
