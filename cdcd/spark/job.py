@@ -141,6 +141,8 @@ def kafka_stream(spark: SparkSession, options: Options) -> DataFrame:
     )
     if options.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger))
+    # One task per topic partition otherwise: a one-partition topic would be read and decoded on one core.
+    reader = reader.option("minPartitions", str(spark.sparkContext.defaultParallelism))
     for key, value in options.kafka_options.items():
         reader = reader.option(key, value)
     return reader.load().select("topic", "partition", "offset", "key", "value", "headers")
