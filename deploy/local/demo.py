@@ -153,9 +153,7 @@ def start_mirror(env: dict[str, str]) -> tuple[Any, Any, Path]:
     from cdcd.spark import Options, session, start  # noqa: PLC0415 - Spark starts only here
 
     work = Path(tempfile.mkdtemp(prefix="cdcd-demo-spark-"))
-    print(
-        f"--- Spark job mirroring {PREFIX}.shop.* into Delta tables in {work}/mirror (started before the workload) ---"
-    )
+    print(f"--- Spark job mirroring {PREFIX}.shop.* into Delta tables in {work}/mirror, from now on ---")
     spark = session("local[2]", env["CDCD_SPARK_JARS"], {"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     options = Options(
@@ -170,15 +168,15 @@ def start_mirror(env: dict[str, str]) -> tuple[Any, Any, Path]:
     return spark, start(spark, options), work
 
 
-def watch_mirror(spark: Any, query: Any, work: Path, dsn: str, committed: float) -> bool:
-    """Print source vs mirror row counts each second until the mirror caught up (at most 180 s)."""
+def watch_mirror(spark: Any, query: Any, work: Path, dsn: str, committed: float, *, messages: int) -> bool:
+    """Print source vs mirror row counts each second until the job has read the table topics' ``messages`` and
+    the mirror caught up (at most 180 s)."""
     print(f"\n--- the mirror in {work}/mirror, seconds since the workload's last COMMIT ---")
     caught_up = False
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             source = [int(conn.execute(q).fetchone()[0]) for _, q in MIRRORED]  # type: ignore[index]
         while not caught_up and time.monotonic() - committed < 180:
-            progress = query.lastProgress
             applied = sum(int(p["numInputRows"]) for p in query.recentProgress)  # Kafka messages read
             counts = mirror_counts(spark, work / "mirror")
             shown = ", ".join(
@@ -186,7 +184,8 @@ def watch_mirror(spark: Any, query: Any, work: Path, dsn: str, committed: float)
             )
             print(f"  t={time.monotonic() - committed:4.0f}s  mirror/source rows: {shown}  "
                   f"(Kafka messages read so far: {applied})")  # fmt: skip
-            idle = progress is not None and progress["numInputRows"] == 0 and applied > 0
+            status = query.status  # live, unlike the progress of idle micro-batches (reported every 10 s)
+            idle = applied >= messages and not status["isDataAvailable"] and not status["isTriggerActive"]
             caught_up = idle and counts == source
             if not caught_up:
                 time.sleep(1)
@@ -208,9 +207,9 @@ def main() -> int:
     child_env = {**os.environ, **env, "CDCD_SOURCE__DSN": dsn + " options='-c logical_decoding_work_mem=64kB'",
                  "CDCD_SNAPSHOT__STATE_DIR": tempfile.mkdtemp(prefix="cdcd-demo-state-")}  # fmt: skip
     cmd = [sys.executable, "-m", "cdcd", "run", "--config", str(ROOT / "config/demo.yaml")]
+    spark, query, work = start_mirror(env)  # first: cdcd must see the tables within a second or two of its start
     print("$", " ".join(cmd[2:]))
     daemon = subprocess.Popen(cmd, env=child_env)
-    spark, query, work = start_mirror(env)
     try:
         committed = workload(dsn)
         # 3 inserts, an update, a delete, 2000 streamed inserts of which the row filter passes 1500, a truncate,
@@ -218,7 +217,8 @@ def main() -> int:
         expected = 3 + 1 + 1 + 1500 + 1 + 1
         events = consume(env, expected, 90)
         summarize(events)
-        mirrored = watch_mirror(spark, query, work, dsn, committed)
+        messages = sum(1 for t, _ in events if t.startswith(f"{PREFIX}.shop."))  # tombstones too
+        mirrored = watch_mirror(spark, query, work, dsn, committed, messages=messages)
         time.sleep(1.5)  # one more status interval so the confirmed LSN is visible
     finally:
         daemon.send_signal(signal.SIGTERM)
