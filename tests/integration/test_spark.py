@@ -274,8 +274,9 @@ def test_key_changes_keep_unchanged_toast_across_batches_and_partitions(
 ) -> None:
     """A key change whose TOASTed column is unchanged is a delete (plus tombstone) and a create without that
     value: the mirror moves the row to the new key and keeps it, as PostgreSQL's subscriber does, whether both
-    halves come in one micro-batch or the delete or the create first (another batch, another partition), and
-    through chains, reused keys and rows updated just before their key changes (one batch split in parts)."""
+    halves come in one micro-batch or the delete or the create first (another batch, another partition), for
+    rows updated just before their key changes, row after row (one MERGE), and through chains and reused keys
+    (one batch split in parts)."""
     db = run15.db
     run15.start(partitions=2)
     topic = f"{run15.prefix}.shop.items"
@@ -284,6 +285,9 @@ def test_key_changes_keep_unchanged_toast_across_batches_and_partitions(
     run15.sync()
     inserted = offsets(run15, topic)
     db.execute("UPDATE shop.items SET id = id + 100 WHERE id <= 10")  # big: unchanged TOAST
+    for i in range(32, 36):  # updated, then moved, row after row: one MERGE however many rows
+        db.execute("UPDATE shop.items SET v = 'updated, then moved' WHERE id = %s", [i])
+        db.execute("UPDATE shop.items SET id = id + 600 WHERE id = %s", [i])
     run15.sync()
     moved, moved_rows = offsets(run15, topic), source_rows(db, "shop.items", ("id",))
     with db.connect() as conn:
@@ -305,9 +309,9 @@ def test_key_changes_keep_unchanged_toast_across_batches_and_partitions(
         for name, value in record["headers"] or []:
             half, old = ("d", bytes(record["key"])) if name == "__debezium.newkey" else ("c", bytes(value))
             halves.setdefault(old, {})[half] = (record["partition"], record["offset"])
-    assert len(halves) == 10, "each key change has its two halves"
+    assert len(halves) == 14, "each key change has its two halves"
     apart = next((h for h in halves.values() if h["d"][0] != h["c"][0]), None)
-    assert apart is not None, "no key change of the ten has its halves in different partitions"
+    assert apart is not None, "no key change of the first phase has its halves in different partitions"
 
     def replay(plan: str, cuts: list[dict[int, int]], start: dict[int, int], base: Path | None = None) -> Path:
         """Feed the topic from offsets ``start`` to a new mirror (a copy of mirror root ``base``, if given) in
