@@ -26,14 +26,11 @@ from cdcd.spark.merge import (
     OP,
     UNCHANGED,
     Position,
-    conflicts_sql,
     evolve_sql,
     first_conflict_sql,
     insert_sql,
     latest_sql,
     merge_sql,
-    movable_sql,
-    move_sql,
     moved_latest_sql,
     moves_sql,
     truncate_sql,
@@ -458,39 +455,25 @@ class BatchWriter:
             # A table created by this batch is empty: its rows are inserted, no MERGE needed.
             self.spark.sql((insert_sql if created else merge_sql)(name, view + "_latest", keys, target))
             return
-        rest, moves = f"{view}_rest", f"{view}_moves"
-        self._view(rest, window_sql(view, state.truncated_at, None, None))
-        self._view(moves, moves_sql(rest, keys))
-        if not self.spark.sql(f"SELECT 1 FROM ({conflicts_sql(rest, moves, keys)}) LIMIT 1").take(1):
-            # Key changes resolved in one pass: each moved row takes its old key's events and mirror row along.
-            self._view(view + "_latest", moved_latest_sql(rest, moves, name, keys, target))
-            self.spark.sql(merge_sql(name, view + "_latest", keys, target, moved=True))
-            return
-        # Chains, reused keys: apply the batch in parts, each from a key change that earlier events of its keys
-        # precede.
+        # Key changes: each moved row takes its old key's earlier events and mirror row along, in one MERGE; a
+        # batch with chains or reused keys in one MERGE per part, split at each key change one pass cannot take.
+        rest, moves, part = f"{view}_rest", f"{view}_moves", f"{view}_part"
         start: Position | None = None
         while True:
-            self._view(f"{view}_rest", window_sql(view, state.truncated_at, start, None))
-            self._view(f"{view}_moves", moves_sql(f"{view}_rest", keys))
-            first = self.spark.sql(first_conflict_sql(f"{view}_rest", f"{view}_moves", keys)).first()
+            self._view(rest, window_sql(view, state.truncated_at, start, None))
+            self._view(moves, moves_sql(rest, keys))
+            first = self.spark.sql(first_conflict_sql(rest, moves, keys)).first()
             end = None if first is None or first["first"] is None else (first["first"][0], first["first"][1])
-            part = f"{view}_part"
-            self._view(part, window_sql(f"{view}_rest", None, None, end))
-            self._view(f"{view}_moves", moves_sql(part, keys))
-            if self.spark.sql(f"SELECT 1 FROM {movable_sql(name, f'{view}_moves', keys)} LIMIT 1").take(1):
-                self.spark.sql(move_sql(name, f"{view}_moves", keys, target))
-            self._merge(name, part, keys, target, None)
+            self._view(part, window_sql(rest, None, None, end))
+            self._view(moves, moves_sql(part, keys))
+            self._view(view + "_latest", moved_latest_sql(part, moves, name, keys, target))
+            self.spark.sql(merge_sql(name, view + "_latest", keys, target, moved=True))
             if end is None:
                 return
             start = end
 
     def _view(self, name: str, sql: str) -> None:
         self.spark.sql(sql).createOrReplaceTempView(name)
-
-    def _merge(self, name: str, view: str, keys: tuple[str, ...], target: TableSchema, since: Position | None) -> None:
-        """MERGE the newest event per key of ``view`` (after the truncate at ``since``) into the mirror ``name``."""
-        self._view(view + "_latest", latest_sql(view, keys, target, since))
-        self.spark.sql(merge_sql(name, view + "_latest", keys, target))
 
     def _create(self, tb: TableBatch, state: MirrorState) -> MirrorState:
         columns = f"{tb.schemas[state.schema_id].ddl()}, {COMMIT_LSN} bigint, {LSN} bigint"

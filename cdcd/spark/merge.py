@@ -11,9 +11,9 @@ header (``MOVED_FROM`` on the create, ``MOVED_TO`` on the delete). Before the ev
 moves to the new key, just before the change's position (whichever half arrives first moves it), so the create
 updates it and keeps what it did not send: unchanged TOAST values, as PostgreSQL's own subscriber does when it
 updates the row in place. The row moves as the batch's earlier events left it: in one MERGE
-(:func:`moved_latest_sql`), where the old key's events before the change count as the new key's; or, when
-:func:`conflicts_sql` finds a chain, a reused key or an earlier event on a new key, in parts split at each such
-change (:func:`first_conflict_sql`, :func:`move_sql`).
+(:func:`moved_latest_sql`), where the old key's events before the change count as the new key's; a batch with
+a chain, a reused key or an earlier event on a new key in one MERGE per part, split at each such change
+(:func:`first_conflict_sql`).
 """
 
 from __future__ import annotations
@@ -180,60 +180,10 @@ def moves_sql(view: str, keys: Sequence[str]) -> str:
 
 
 def first_conflict_sql(view: str, moves: str, keys: Sequence[str]) -> str:
-    """SQL: ``first``, the position of the first key change in ``moves`` that an earlier event of ``view`` on
-    its old or new key precedes (null when none does): the events from there on are applied after the others."""
-    earlier = position_after(f"m.{EV_COMMIT_LSN}", f"m.{EV_LSN}", (f"e.{EV_COMMIT_LSN}", f"e.{EV_LSN}"))
-    events = keyed_events_sql(view, keys)
-    parts = []
-    for prefix in (OLD_PREFIX, NEW_PREFIX):  # two equi-joins, not one join on "old or new"
-        on = " AND ".join(f"e.{quote(k)} <=> m.{quote(prefix + k)}" for k in keys)
-        parts.append(f"SELECT m.{EV_COMMIT_LSN}, m.{EV_LSN} FROM {moves} m JOIN ({events}) e ON {on} AND {earlier}")
-    return f"SELECT min(struct({EV_COMMIT_LSN}, {EV_LSN})) AS first FROM ({' UNION ALL '.join(parts)})"
-
-
-def movable_sql(table: str, moves: str, keys: Sequence[str]) -> str:
-    """SQL (a FROM clause): each key change of ``moves`` (``m``) joined with the mirror's row under its old key
-    (``o``) when that row is older than the change: the rows to move."""
-    return f"{moves} m JOIN {table} o ON {_movable(keys)}"
-
-
-def _movable(keys: Sequence[str]) -> str:
-    on_old = " AND ".join(f"o.{quote(k)} <=> m.{quote(OLD_PREFIX + k)}" for k in keys)
-    older = position_after(f"m.{EV_COMMIT_LSN}", f"m.{EV_LSN}", (f"o.{COMMIT_LSN}", f"o.{LSN}"))
-    return f"{on_old} AND {older}"
-
-
-def move_sql(table: str, moves: str, keys: Sequence[str], schema: TableSchema) -> str:
-    """The MERGE that moves the mirror's row of each key change in ``moves`` from the old key to the new one,
-    positioned just before the change (one byte of WAL earlier), when the row is older than the change. (No key
-    is both an old and a new one in ``moves``, nor new twice: :func:`first_conflict_sql` splits such batches.)"""
-    values = [quote(c.name) for c in schema.columns if c.name not in keys]
-    row = ", ".join(f"o.{v}" for v in values)
-    new_key = ", ".join(f"m.{quote(NEW_PREFIX + k)}" for k in keys)
-    old_key = ", ".join(f"o.{quote(k)}" for k in keys)
-    moved = (
-        f"SELECT {new_key}, {row}, 'u' AS _action, m.{EV_COMMIT_LSN}, m.{EV_LSN} - 1 "
-        f"FROM {movable_sql(table, moves, keys)} UNION ALL "
-        f"SELECT {old_key}, {row}, 'd', o.{COMMIT_LSN}, o.{LSN} FROM {table} o LEFT SEMI JOIN {moves} m "
-        f"ON {_movable(keys)}"
-    )
-    names = [quote(k) for k in keys] + values
-    source = f"SELECT * FROM ({moved}) AS x({', '.join([*names, '_action', EV_COMMIT_LSN, EV_LSN])})"
-    on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
-    sets = [f"t.{v} = s.{v}" for v in values] + [f"t.{COMMIT_LSN} = s.{EV_COMMIT_LSN}", f"t.{LSN} = s.{EV_LSN}"]
-    inserted = [f"s.{n}" for n in names] + [f"s.{EV_COMMIT_LSN}", f"s.{EV_LSN}"]
-    return (
-        f"MERGE INTO {table} AS t USING ({source}) AS s ON {on} "
-        f"WHEN MATCHED AND s._action = 'd' THEN DELETE "
-        f"WHEN MATCHED AND s._action = 'u' AND {newer()} THEN UPDATE SET {', '.join(sets)} "
-        f"WHEN NOT MATCHED AND s._action = 'u' THEN INSERT ({', '.join([*names, COMMIT_LSN, LSN])}) "
-        f"VALUES ({', '.join(inserted)})"
-    )
-
-
-def conflicts_sql(view: str, moves: str, keys: Sequence[str]) -> str:
-    """SQL: the key changes of ``moves`` that one pass cannot resolve (see :func:`lineage_events_sql`): an earlier
-    event or key change on the new key, or an earlier delete or key change on the old key (chains, reused keys)."""
+    """SQL: ``first``, the position of the first key change in ``moves`` that one pass cannot resolve (see
+    :func:`lineage_events_sql`), null when none: one with an earlier event or key change on its new key, or an
+    earlier delete or key change on its old key (chains, reused keys). The events from there on are applied
+    after the others."""
     events = keyed_events_sql(view, keys)
     old, new = ", ".join(quote(OLD_PREFIX + k) for k in keys), ", ".join(quote(NEW_PREFIX + k) for k in keys)
     at = f"{EV_COMMIT_LSN}, {EV_LSN}"
@@ -245,13 +195,14 @@ def conflicts_sql(view: str, moves: str, keys: Sequence[str]) -> str:
     parts = []
     for prefix, kinds in ((NEW_PREFIX, ""), (OLD_PREFIX, " AND e._kind IN ('d', 'moved')")):
         on = " AND ".join(f"e.{quote(k)} <=> m.{quote(prefix + k)}" for k in keys)
-        parts.append(f"SELECT 1 FROM {moves} m JOIN ({touches}) e ON {on} AND {earlier}{kinds}")
-    return " UNION ALL ".join(parts)
+        join = f"{moves} m JOIN ({touches}) e ON {on} AND {earlier}{kinds}"
+        parts.append(f"SELECT m.{EV_COMMIT_LSN}, m.{EV_LSN} FROM {join}")
+    return f"SELECT min(struct({EV_COMMIT_LSN}, {EV_LSN})) AS first FROM ({' UNION ALL '.join(parts)})"
 
 
 def lineage_events_sql(view: str, moves: str, keys: Sequence[str]) -> str:
     """SQL: the keyed events of ``view`` (:func:`keyed_events_sql`) with what the key changes of ``moves`` add,
-    for one pass over a batch without :func:`conflicts_sql`. For each key change from key o to key n at
+    for one pass over events without a :func:`first_conflict_sql`. For each key change from key o to key n at
     position p: o's events before p again, under n (``_inherited``: the values the row had when it moved); a
     move (op ``m``) under n one byte of WAL before p, naming o and p in ``_root`` (the mirror's row under o,
     when older than p, gives what no event sent); a delete of o at p (whichever half of the change is here)."""

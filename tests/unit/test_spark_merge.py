@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from cdcd.spark.merge import (
-    conflicts_sql,
     evolve_sql,
     first_conflict_sql,
     insert_sql,
@@ -13,8 +12,6 @@ from cdcd.spark.merge import (
     latest_sql,
     lineage_events_sql,
     merge_sql,
-    movable_sql,
-    move_sql,
     moved_latest_sql,
     moves_sql,
     newer,
@@ -122,29 +119,6 @@ def test_moves_sql_takes_a_key_change_from_either_half() -> None:
     )
 
 
-def test_first_conflict_looks_for_earlier_events_on_the_old_or_the_new_key() -> None:
-    sql = first_conflict_sql("ev", "mv", ["a"])
-    earlier = "(m._commit_lsn > e._commit_lsn OR (m._commit_lsn = e._commit_lsn AND m._lsn > e._lsn))"
-    assert f"JOIN ({keyed_events_sql('ev', ['a'])}) e ON e.`a` <=> m.`_old_a` AND {earlier}" in sql
-    assert f"JOIN ({keyed_events_sql('ev', ['a'])}) e ON e.`a` <=> m.`_new_a` AND {earlier}" in sql
-    assert sql.startswith("SELECT min(struct(_commit_lsn, _lsn)) AS first FROM (")
-
-
-def test_move_sql_moves_older_rows_just_before_the_change() -> None:
-    sql = move_sql("delta.`/m/t`", "mv", ["id"], SCHEMA)
-    older = "(m._commit_lsn > o._cdc_commit_lsn OR (m._commit_lsn = o._cdc_commit_lsn AND m._lsn > o._cdc_lsn))"
-    assert (
-        movable_sql("delta.`/m/t`", "mv", ["id"]) == f"mv m JOIN delta.`/m/t` o ON o.`id` <=> m.`_old_id` AND {older}"
-    )
-    # the row under the new key, one byte of WAL before the change, with the old row's values
-    assert "SELECT m.`_new_id`, o.`big`, 'u' AS _action, m._commit_lsn, m._lsn - 1 FROM mv m JOIN" in sql
-    # the row under the old key goes, once however many changes name it
-    assert "SELECT o.`id`, o.`big`, 'd', o._cdc_commit_lsn, o._cdc_lsn FROM delta.`/m/t` o LEFT SEMI JOIN mv m" in sql
-    assert "WHEN MATCHED AND s._action = 'd' THEN DELETE" in sql
-    assert f"WHEN MATCHED AND s._action = 'u' AND {newer()} THEN UPDATE SET t.`big` = s.`big`" in sql
-    assert "WHEN NOT MATCHED AND s._action = 'u' THEN INSERT (`id`, `big`, _cdc_commit_lsn, _cdc_lsn)" in sql
-
-
 def test_insert_sql_inserts_what_is_not_deleted() -> None:
     assert insert_sql("delta.`/m/t`", "latest", ["id"], SCHEMA) == (
         "INSERT INTO delta.`/m/t` (`id`, `big`, _cdc_commit_lsn, _cdc_lsn) "
@@ -152,8 +126,8 @@ def test_insert_sql_inserts_what_is_not_deleted() -> None:
     )
 
 
-def test_conflicts_are_earlier_touches_of_the_new_key_and_earlier_deletes_or_moves_of_the_old_key() -> None:
-    sql = conflicts_sql("ev", "mv", ["a"])
+def test_first_conflict_is_an_earlier_touch_of_the_new_key_or_an_earlier_delete_or_move_of_the_old_key() -> None:
+    sql = first_conflict_sql("ev", "mv", ["a"])
     earlier = "(m._commit_lsn > e._commit_lsn OR (m._commit_lsn = e._commit_lsn AND m._lsn > e._lsn))"
     touches = (
         f"SELECT `a`, _commit_lsn, _lsn, _op AS _kind FROM ({keyed_events_sql('ev', ['a'])}) UNION ALL "
@@ -161,8 +135,10 @@ def test_conflicts_are_earlier_touches_of_the_new_key_and_earlier_deletes_or_mov
         "SELECT `_new_a`, _commit_lsn, _lsn, 'moved' FROM mv"
     )
     assert sql == (
-        f"SELECT 1 FROM mv m JOIN ({touches}) e ON e.`a` <=> m.`_new_a` AND {earlier} UNION ALL "  # anything
-        f"SELECT 1 FROM mv m JOIN ({touches}) e ON e.`a` <=> m.`_old_a` AND {earlier} AND e._kind IN ('d', 'moved')"
+        "SELECT min(struct(_commit_lsn, _lsn)) AS first FROM ("
+        f"SELECT m._commit_lsn, m._lsn FROM mv m JOIN ({touches}) e ON e.`a` <=> m.`_new_a` AND {earlier} "  # any
+        f"UNION ALL SELECT m._commit_lsn, m._lsn FROM mv m JOIN ({touches}) e ON e.`a` <=> m.`_old_a` AND {earlier}"
+        " AND e._kind IN ('d', 'moved'))"
     )
 
 
