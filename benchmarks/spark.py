@@ -21,14 +21,18 @@ subjects are removed at the end. Run from the repository root with the local sta
 
     .venv/bin/python benchmarks/spark.py              # 200,000 rows (~1.5 min)
     .venv/bin/python benchmarks/spark.py --rows 20000 # quick
+    .venv/bin/python benchmarks/spark.py --reference ../other-checkout --rounds 2   # before / after, alternating
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 import secrets
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from local_stack import CDCD_ENV, count_messages, delete_topics, stack_env, wait_until, write_config
+from local_stack import CDCD_ENV, ROOT, count_messages, delete_topics, stack_env, wait_until, write_config
 
 from cdcd.spark.job import Options, session, start
 
@@ -102,22 +106,28 @@ def backlog(spark: Any, options: Options, messages: int) -> None:
           f"({len(batches)} micro-batches)")  # fmt: skip
 
 
-def convergence(spark: Any, options: Options, conn: psycopg.Connection[Any], path: str) -> None:
+def convergence(spark: Any, options: Options, conn: psycopg.Connection[Any], path: str, updates: int) -> None:
     options.available_now = False
     query = start(spark, options)
+    seconds = []
     try:
         time.sleep(3)  # let it reach its steady state: nothing new to do
-        conn.execute("UPDATE bench SET n = n + 7, v = v || 'x' WHERE id BETWEEN 1 AND 1000")
-        committed = time.monotonic()
-        row = conn.execute(SUMMARY).fetchone()
-        assert row is not None
-        expected = (int(row[0]), int(row[1]), int(row[2]))
-        while mirror_summary(spark, path) != expected:
-            if time.monotonic() - committed > 120:
-                raise SystemExit("the mirror did not converge within 120 s")
-            time.sleep(0.5)
-        print(f"convergence: mirror equal to the source {time.monotonic() - committed:.1f} s after the last "
-              f"COMMIT (trigger interval {options.trigger_interval})")  # fmt: skip
+        for i in range(updates):
+            conn.execute(
+                "UPDATE bench SET n = n + 7, v = v || 'x' WHERE id BETWEEN %s AND %s", [1000 * i + 1, 1000 * i + 1000]
+            )
+            committed = time.monotonic()
+            row = conn.execute(SUMMARY).fetchone()
+            assert row is not None
+            expected = (int(row[0]), int(row[1]), int(row[2]))
+            while mirror_summary(spark, path) != expected:
+                if time.monotonic() - committed > 120:
+                    raise SystemExit("the mirror did not converge within 120 s")
+                time.sleep(0.5)
+            seconds.append(time.monotonic() - committed)
+        print(f"convergence: mirror equal to the source {statistics.median(seconds):.1f} s after the last COMMIT "
+              f"(median of {updates}: {', '.join(f'{s:.1f}' for s in seconds)} s; trigger interval "
+              f"{options.trigger_interval})")  # fmt: skip
     finally:
         query.stop()
 
@@ -159,7 +169,7 @@ def bench(args: argparse.Namespace, env: dict[str, str], name: str, work: Path) 
             )
             backlog(spark, options, count_messages(env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], name + ".public."))
             path = str(work / "mirror" / "public" / "bench")
-            convergence(spark, options, conn, path)
+            convergence(spark, options, conn, path, args.updates)
             compare(spark, conn, path)
             spark.stop()
         finally:
@@ -177,13 +187,51 @@ def cleanup(env: dict[str, str], name: str, work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+FIGURES = {
+    "backlog events/s": re.compile(r"^backlog: .* = ([\d,]+) events/s", re.M),
+    "micro-batches": re.compile(r"^backlog: .*\((\d+) micro-batches\)", re.M),
+    "last COMMIT -> mirror equal, s": re.compile(r"^convergence: mirror equal to the source ([\d.]+) s", re.M),
+}
+
+
+def compare_trees(args: argparse.Namespace) -> int:
+    """Run this benchmark with the reference tree's ``cdcd`` (the job and the daemon) and with this tree's,
+    alternating, each in a process of its own, and print their figures side by side."""
+    own = ["--rows", str(args.rows), "--trigger-interval", args.trigger_interval, "--updates", str(args.updates)]
+    if args.max_offsets_per_trigger:
+        own += ["--max-offsets-per-trigger", str(args.max_offsets_per_trigger)]
+    trees = {"reference": Path(args.reference).resolve(), "this tree": ROOT}
+    results: dict[str, list[dict[str, str]]] = {name: [] for name in trees}
+    for round_ in range(args.rounds):
+        for name, tree in trees.items():
+            print(f"--- round {round_ + 1}: {name} ({tree}) ---", flush=True)
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            command = [sys.executable, str(ROOT / "benchmarks" / "spark.py"), *own]
+            done = subprocess.run(command, check=False, env=env, capture_output=True, text=True)
+            print(done.stdout, end="", flush=True)
+            if done.returncode:
+                print(done.stderr[-3000:])
+                return done.returncode
+            results[name].append({k: m.group(1) if (m := r.search(done.stdout)) else "?" for k, r in FIGURES.items()})
+    print("\n| tree | " + " | ".join(FIGURES) + " |\n|---|" + "---|" * len(FIGURES))
+    for name, runs in results.items():
+        for run in runs:
+            print(f"| {name} | " + " | ".join(run[k] for k in FIGURES) + " |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--trigger-interval", default="1 second")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument("--verbose", action="store_true", help="log each micro-batch (events, seconds)")
+    parser.add_argument("--updates", type=int, default=3, help="transactions of 900 updates, one after the other")
+    parser.add_argument("--reference", help="a checkout of another commit: run its benchmark too, alternating")
+    parser.add_argument("--rounds", type=int, default=1, help="with --reference: runs of each tree")
     args = parser.parse_args(argv)
+    if args.reference:
+        return compare_trees(args)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     env = stack_env()
     name = f"bench_{secrets.token_hex(4)}"

@@ -28,10 +28,10 @@ from cdcd.spark.merge import (
     Position,
     evolve_sql,
     first_conflict_sql,
+    insert_sql,
     latest_sql,
     merge_sql,
-    movable_sql,
-    move_sql,
+    moved_latest_sql,
     moves_sql,
     truncate_sql,
     window_sql,
@@ -54,12 +54,19 @@ log = logging.getLogger("cdcd.spark")
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # A MERGE copies its source first unless told not to, in case reading it twice gives other rows. Ours
+    # gives the same rows each time: the micro-batch's events (cached; read again, the same Kafka offsets) and
+    # the mirror table at the version the MERGE started from.
+    "spark.databricks.delta.merge.materializeSource": "none",
 }
 # Laptop defaults; anything here can be overridden with --conf (a cluster sets its own master and resources).
 LOCAL_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
+    # Delta rebuilds a table's snapshot (its file list) after each commit, in 50 tasks by default: seconds of a
+    # micro-batch on a laptop for a log of a few hundred files.
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 PROP_SCHEMA_ID = "cdcd.schema_id"
 PROP_SCHEMA_AT = "cdcd.schema_position"
@@ -131,6 +138,8 @@ def kafka_stream(spark: SparkSession, options: Options) -> DataFrame:
     )
     if options.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger))
+    # One task per topic partition otherwise: a one-partition topic would be read and decoded on one core.
+    reader = reader.option("minPartitions", str(spark.sparkContext.defaultParallelism))
     for key, value in options.kafka_options.items():
         reader = reader.option(key, value)
     return reader.load().select("topic", "partition", "offset", "key", "value", "headers")
@@ -185,6 +194,7 @@ class BatchSummary:
     truncated: Position | None
     rows: int
     moves: int  # events of key changes
+    events: int = 0  # truncates included
 
 
 def _position(text: str | None) -> Position | None:
@@ -240,18 +250,28 @@ class BatchWriter:
             *moved,
         )
         raw.persist()
+        tables: list[TableBatch] = []
+        summaries: list[BatchSummary] = []
         try:
+            # Two Spark jobs before the writes, whatever the number of tables: the schema ids (which also reads
+            # Kafka into the cache), then every table's summary (which decodes each table's events into the cache).
             heads = raw.select("topic", "_vh", "_kh").distinct().collect()
-            count = 0
-            for table_batch in self._tables(raw, heads):
+            read = time.monotonic()
+            tables = list(self._tables(raw, heads))
+            for table_batch in tables:
                 table_batch.events.persist()
-                try:
-                    count += self._write_table(table_batch, batch_id)
-                finally:
-                    table_batch.events.unpersist()
+            summaries = self._summaries(tables)
+            decoded = time.monotonic()
+            for table_batch, summary in zip(tables, summaries, strict=True):
+                self._write_table(table_batch, summary, batch_id)
         finally:
+            for table_batch in tables:
+                table_batch.events.unpersist()
             raw.unpersist()
-        log.info("batch %d: %d events in %.1f s", batch_id, count, time.monotonic() - started)
+        done = time.monotonic()
+        log.info("batch %d: %d events of %d tables in %.1f s (read %.1f s, decode %.1f s, write %.1f s)", batch_id,
+                 sum(s.events for s in summaries), len(tables), done - started, read - started, decoded - read,
+                 done - decoded)  # fmt: skip
 
     def _tables(self, raw: DataFrame, heads: Iterable[Any]) -> Iterable[TableBatch]:
         by_topic: dict[str, tuple[set[int], set[int]]] = {}
@@ -317,28 +337,44 @@ class BatchWriter:
         ]
         return F.coalesce(*decoded) if len(decoded) > 1 else decoded[0]
 
-    def _write_table(self, tb: TableBatch, batch_id: int) -> int:
-        summary = tb.events.selectExpr(
-            "count(*) AS n",
-            f"count_if({OP} <> 't') AS rows",
-            f"max(struct({EV_COMMIT_LSN}, {EV_LSN}, {OFFSET}, _schema_id)) AS last",
-            f"max(CASE WHEN {OP} = 't' THEN struct({EV_COMMIT_LSN}, {EV_LSN}) END) AS truncated",
-            f"count_if({MOVED_FROM} IS NOT NULL OR {MOVED_TO} IS NOT NULL) AS moves",
-        ).first()
-        assert summary is not None
-        if self.options.changelog:
-            self._append_changelog(tb, batch_id)
-        if self.options.mirror:
-            last, truncated = summary["last"], summary["truncated"]
-            batch = BatchSummary(
+    def _summaries(self, tables: list[TableBatch]) -> list[BatchSummary]:
+        """Each table's :class:`BatchSummary`, all in one Spark job."""
+        if not tables:
+            return []
+        parts = [
+            tb.events.selectExpr(
+                f"{i} AS _table",
+                "count(*) AS n",
+                f"count_if({OP} <> 't') AS rows",
+                f"max(struct({EV_COMMIT_LSN}, {EV_LSN}, {OFFSET}, _schema_id)) AS last",
+                f"max(CASE WHEN {OP} = 't' THEN struct({EV_COMMIT_LSN}, {EV_LSN}) END) AS truncated",
+                f"count_if({MOVED_FROM} IS NOT NULL OR {MOVED_TO} IS NOT NULL) AS moves",
+            )
+            for i, tb in enumerate(tables)
+        ]
+        union_all = parts[0]
+        for part in parts[1:]:
+            union_all = union_all.unionByName(part)
+        rows = {row["_table"]: row for row in union_all.collect()}
+        out = []
+        for i in range(len(tables)):
+            row = rows[i]
+            last, truncated = row["last"], row["truncated"]
+            out.append(BatchSummary(
                 (last[0], last[1]),
                 last[3],
                 None if truncated is None else (truncated[0], truncated[1]),
-                summary["rows"],
-                summary["moves"],
-            )
-            self._mirror(tb, batch)
-        return int(summary["n"])
+                row["rows"],
+                row["moves"],
+                row["n"],
+            ))  # fmt: skip
+        return out
+
+    def _write_table(self, tb: TableBatch, summary: BatchSummary, batch_id: int) -> None:
+        if self.options.changelog:
+            self._append_changelog(tb, batch_id)
+        if self.options.mirror:
+            self._mirror(tb, summary)
 
     # -- changelog ---------------------------------------------------------------------------------
 
@@ -399,6 +435,7 @@ class BatchWriter:
         if keys is None:
             return
         name = self._sql_name(tb.schema, tb.table)
+        created = state is None
         if state is None:
             state = self._create(tb, MirrorState(batch.last_schema, batch.last, keys))
         elif batch.last > state.schema_at and batch.last_schema != state.schema_id:
@@ -414,32 +451,29 @@ class BatchWriter:
         view = f"cdcd_events_{abs(hash(tb.name))}"
         tb.events.createOrReplaceTempView(view)
         if not batch.moves:
-            self._merge(name, view, keys, target, state.truncated_at)
+            self._view(view + "_latest", latest_sql(view, keys, target, state.truncated_at))
+            # A table created by this batch is empty: its rows are inserted, no MERGE needed.
+            self.spark.sql((insert_sql if created else merge_sql)(name, view + "_latest", keys, target))
             return
-        # Key changes: apply the batch in parts, each from a key change that earlier events of its keys precede.
+        # Key changes: each moved row takes its old key's earlier events and mirror row along, in one MERGE; a
+        # batch with chains or reused keys in one MERGE per part, split at each key change one pass cannot take.
+        rest, moves, part = f"{view}_rest", f"{view}_moves", f"{view}_part"
         start: Position | None = None
         while True:
-            self._view(f"{view}_rest", window_sql(view, state.truncated_at, start, None))
-            self._view(f"{view}_moves", moves_sql(f"{view}_rest", keys))
-            first = self.spark.sql(first_conflict_sql(f"{view}_rest", f"{view}_moves", keys)).first()
+            self._view(rest, window_sql(view, state.truncated_at, start, None))
+            self._view(moves, moves_sql(rest, keys))
+            first = self.spark.sql(first_conflict_sql(rest, moves, keys)).first()
             end = None if first is None or first["first"] is None else (first["first"][0], first["first"][1])
-            part = f"{view}_part"
-            self._view(part, window_sql(f"{view}_rest", None, None, end))
-            self._view(f"{view}_moves", moves_sql(part, keys))
-            if self.spark.sql(f"SELECT 1 FROM {movable_sql(name, f'{view}_moves', keys)} LIMIT 1").take(1):
-                self.spark.sql(move_sql(name, f"{view}_moves", keys, target))
-            self._merge(name, part, keys, target, None)
+            self._view(part, window_sql(rest, None, None, end))
+            self._view(moves, moves_sql(part, keys))
+            self._view(view + "_latest", moved_latest_sql(part, moves, name, keys, target))
+            self.spark.sql(merge_sql(name, view + "_latest", keys, target, moved=True))
             if end is None:
                 return
             start = end
 
     def _view(self, name: str, sql: str) -> None:
         self.spark.sql(sql).createOrReplaceTempView(name)
-
-    def _merge(self, name: str, view: str, keys: tuple[str, ...], target: TableSchema, since: Position | None) -> None:
-        """MERGE the newest event per key of ``view`` (after the truncate at ``since``) into the mirror ``name``."""
-        self._view(view + "_latest", latest_sql(view, keys, target, since))
-        self.spark.sql(merge_sql(name, view + "_latest", keys, target))
 
     def _create(self, tb: TableBatch, state: MirrorState) -> MirrorState:
         columns = f"{tb.schemas[state.schema_id].ddl()}, {COMMIT_LSN} bigint, {LSN} bigint"

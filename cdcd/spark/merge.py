@@ -10,8 +10,10 @@ A key change is a delete under the old key and a create under the new one, each 
 header (``MOVED_FROM`` on the create, ``MOVED_TO`` on the delete). Before the events apply, the mirror's row
 moves to the new key, just before the change's position (whichever half arrives first moves it), so the create
 updates it and keeps what it did not send: unchanged TOAST values, as PostgreSQL's own subscriber does when it
-updates the row in place. A batch is applied in parts split at any key change that an earlier event of the
-batch on its old or new key precedes, so the row moves as those events left it.
+updates the row in place. The row moves as the batch's earlier events left it: in one MERGE
+(:func:`moved_latest_sql`), where the old key's events before the change count as the new key's; a batch with
+a chain, a reused key or an earlier event on a new key in one MERGE per part, split at each such change
+(:func:`first_conflict_sql`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ MOVED_FROM: Final = "_moved_from"  # the create of a key change: the old key (a 
 MOVED_TO: Final = "_moved_to"  # the delete of a key change: the new key
 OLD_PREFIX: Final = "_old_"
 NEW_PREFIX: Final = "_new_"
+BASE_PREFIX: Final = "_base_"  # a moved row: the value under its old key
+MOVED: Final = "_moved"  # the row moves to its key in this batch
 
 Position = tuple[int, int]
 
@@ -70,17 +74,22 @@ def keyed_events_sql(view: str, keys: Sequence[str], since: Position | None = No
     )
 
 
-def latest_sql(view: str, keys: Sequence[str], schema: TableSchema, since: Position | None) -> str:
+def latest_sql(
+    view: str, keys: Sequence[str], schema: TableSchema, since: Position | None, *, lineage: bool = False
+) -> str:
     """SQL: per key, the newest event of ``view`` after position ``since`` (a truncate), with each column's
     newest value that was sent (an unchanged TOAST value is not: ``_keep_<column>`` tells the MERGE to keep
-    the mirror's). One aggregation: ``max_by`` skips rows whose ordering is null."""
+    the mirror's). One aggregation: ``max_by`` skips rows whose ordering is null. With ``lineage``, ``view``
+    is :func:`lineage_events_sql` (already keyed; its moves send nothing) and the rows keep ``_root`` and
+    ``_inherited``."""
     order = f"struct({EV_COMMIT_LSN}, {EV_LSN}, {OFFSET})"
     key_list = ", ".join(quote(k) for k in keys)
     picks = [f"max_by(struct({OP}, {EV_COMMIT_LSN}, {EV_LSN}), {order}) AS _last"]
     values = [c for c in schema.columns if c.name not in keys]  # a key column's value is the key
+    nothing = f"{OP} IN ('d', 'm')" if lineage else f"{OP} = 'd'"
     for col in values:
         q = quote(col.name)
-        sent = f"CASE WHEN {OP} = 'd' OR array_contains({UNCHANGED}, {literal(col.name)}) THEN NULL ELSE {order} END"
+        sent = f"CASE WHEN {nothing} OR array_contains({UNCHANGED}, {literal(col.name)}) THEN NULL ELSE {order} END"
         picks.append(f"max_by(struct(after.{q} AS v), {sent}) AS {quote('_v_' + col.name)}")
     outer = [quote(k) for k in keys] + [f"_last.{OP} AS {OP}", f"_last.{EV_COMMIT_LSN} AS {EV_COMMIT_LSN}",
                                          f"_last.{EV_LSN} AS {EV_LSN}"]  # fmt: skip
@@ -88,27 +97,56 @@ def latest_sql(view: str, keys: Sequence[str], schema: TableSchema, since: Posit
     for col in values:
         v = quote("_v_" + col.name)
         outer += [f"{v}.v AS {quote(col.name)}", f"{v} IS NULL AS {quote(KEEP_PREFIX + col.name)}"]
-    inner = keyed_events_sql(view, keys, since)
+    if lineage:
+        picks += [f"max_by(_root, CASE WHEN _root IS NOT NULL THEN {order} END) AS _root",
+                  "bool_or(_inherited) AS _inherited"]  # fmt: skip
+        outer += ["_root", "_inherited"]
+    inner = view if lineage else keyed_events_sql(view, keys, since)
     return f"SELECT {', '.join(outer)} FROM (SELECT {key_list}, {', '.join(picks)} FROM ({inner}) GROUP BY {key_list})"
 
 
-def merge_sql(table: str, source: str, keys: Sequence[str], schema: TableSchema) -> str:
+def merge_sql(table: str, source: str, keys: Sequence[str], schema: TableSchema, *, moved: bool = False) -> str:
     """The MERGE of the newest event per key (``source``, from :func:`latest_sql`) into the mirror ``table``:
-    delete, update when newer (unchanged TOAST columns keep their value), insert what is not there."""
+    delete, update when newer (unchanged TOAST columns keep their value), insert what is not there. With
+    ``moved`` (``source`` from :func:`moved_latest_sql`), a row that moves keeps the values of the row it moves
+    from instead, and a move with nothing to move does nothing."""
     on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
+
+    def kept(c: str, current: str) -> str:
+        if not moved or c in keys:
+            return current
+        return f"CASE WHEN s.{MOVED} THEN s.{quote(BASE_PREFIX + c)} ELSE {current} END"
+
     sets = [
-        f"t.{quote(c.name)} = CASE WHEN s.{quote(KEEP_PREFIX + c.name)} THEN t.{quote(c.name)} "
+        f"t.{quote(c.name)} = CASE WHEN s.{quote(KEEP_PREFIX + c.name)} THEN {kept(c.name, 't.' + quote(c.name))} "
         f"ELSE s.{quote(c.name)} END"
         for c in schema.columns
     ]
     sets += [f"t.{COMMIT_LSN} = s.{EV_COMMIT_LSN}", f"t.{LSN} = s.{EV_LSN}"]
     names = [quote(c.name) for c in schema.columns] + [COMMIT_LSN, LSN]
-    values = [f"s.{quote(c.name)}" for c in schema.columns] + [f"s.{EV_COMMIT_LSN}", f"s.{EV_LSN}"]
+    values = [
+        f"CASE WHEN s.{quote(KEEP_PREFIX + c.name)} THEN {kept(c.name, 'NULL')} ELSE s.{quote(c.name)} END"
+        if moved and c.name not in keys
+        else f"s.{quote(c.name)}"
+        for c in schema.columns
+    ]
+    values += [f"s.{EV_COMMIT_LSN}", f"s.{EV_LSN}"]
+    upsert = f"s.{OP} <> 'd'" + (f" AND (s.{OP} <> 'm' OR s.{MOVED})" if moved else "")
     return (
         f"MERGE INTO {table} AS t USING {source} AS s ON {on} "
         f"WHEN MATCHED AND s.{OP} = 'd' AND {newer()} THEN DELETE "
-        f"WHEN MATCHED AND s.{OP} <> 'd' AND {newer()} THEN UPDATE SET {', '.join(sets)} "
-        f"WHEN NOT MATCHED AND s.{OP} <> 'd' THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
+        f"WHEN MATCHED AND {upsert} AND {newer()} THEN UPDATE SET {', '.join(sets)} "
+        f"WHEN NOT MATCHED AND {upsert} THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
+    )
+
+
+def insert_sql(table: str, source: str, keys: Sequence[str], schema: TableSchema) -> str:
+    """What :func:`merge_sql` does to an empty mirror ``table``, without the join: insert what is not deleted."""
+    del keys  # the signature of merge_sql
+    names = [quote(c.name) for c in schema.columns]
+    return (
+        f"INSERT INTO {table} ({', '.join([*names, COMMIT_LSN, LSN])}) "
+        f"SELECT {', '.join([*names, EV_COMMIT_LSN, EV_LSN])} FROM {source} WHERE {OP} <> 'd'"
     )
 
 
@@ -142,55 +180,62 @@ def moves_sql(view: str, keys: Sequence[str]) -> str:
 
 
 def first_conflict_sql(view: str, moves: str, keys: Sequence[str]) -> str:
-    """SQL: ``first``, the position of the first key change in ``moves`` that an earlier event of ``view`` on
-    its old or new key precedes (null when none does): the events from there on are applied after the others."""
-    earlier = position_after(f"m.{EV_COMMIT_LSN}", f"m.{EV_LSN}", (f"e.{EV_COMMIT_LSN}", f"e.{EV_LSN}"))
+    """SQL: ``first``, the position of the first key change in ``moves`` that one pass cannot resolve (see
+    :func:`lineage_events_sql`), null when none: one with an earlier event or key change on its new key, or an
+    earlier delete or key change on its old key (chains, reused keys). The events from there on are applied
+    after the others."""
     events = keyed_events_sql(view, keys)
+    old, new = ", ".join(quote(OLD_PREFIX + k) for k in keys), ", ".join(quote(NEW_PREFIX + k) for k in keys)
+    at = f"{EV_COMMIT_LSN}, {EV_LSN}"
+    touches = (
+        f"SELECT {', '.join(quote(k) for k in keys)}, {at}, {OP} AS _kind FROM ({events}) UNION ALL "
+        f"SELECT {old}, {at}, 'moved' FROM {moves} UNION ALL SELECT {new}, {at}, 'moved' FROM {moves}"
+    )
+    earlier = position_after(f"m.{EV_COMMIT_LSN}", f"m.{EV_LSN}", (f"e.{EV_COMMIT_LSN}", f"e.{EV_LSN}"))
     parts = []
-    for prefix in (OLD_PREFIX, NEW_PREFIX):  # two equi-joins, not one join on "old or new"
+    for prefix, kinds in ((NEW_PREFIX, ""), (OLD_PREFIX, " AND e._kind IN ('d', 'moved')")):
         on = " AND ".join(f"e.{quote(k)} <=> m.{quote(prefix + k)}" for k in keys)
-        parts.append(f"SELECT m.{EV_COMMIT_LSN}, m.{EV_LSN} FROM {moves} m JOIN ({events}) e ON {on} AND {earlier}")
+        join = f"{moves} m JOIN ({touches}) e ON {on} AND {earlier}{kinds}"
+        parts.append(f"SELECT m.{EV_COMMIT_LSN}, m.{EV_LSN} FROM {join}")
     return f"SELECT min(struct({EV_COMMIT_LSN}, {EV_LSN})) AS first FROM ({' UNION ALL '.join(parts)})"
 
 
-def movable_sql(table: str, moves: str, keys: Sequence[str]) -> str:
-    """SQL (a FROM clause): each key change of ``moves`` (``m``) joined with the mirror's row under its old key
-    (``o``) when that row is older than the change: the rows to move."""
-    return f"{moves} m JOIN {table} o ON {_movable(keys)}"
-
-
-def _movable(keys: Sequence[str]) -> str:
-    on_old = " AND ".join(f"o.{quote(k)} <=> m.{quote(OLD_PREFIX + k)}" for k in keys)
-    older = position_after(f"m.{EV_COMMIT_LSN}", f"m.{EV_LSN}", (f"o.{COMMIT_LSN}", f"o.{LSN}"))
-    return f"{on_old} AND {older}"
-
-
-def move_sql(table: str, moves: str, keys: Sequence[str], schema: TableSchema) -> str:
-    """The MERGE that moves the mirror's row of each key change in ``moves`` from the old key to the new one,
-    positioned just before the change (one byte of WAL earlier), when the row is older than the change. (No key
-    is both an old and a new one in ``moves``, nor new twice: :func:`first_conflict_sql` splits such batches.)"""
-    values = [quote(c.name) for c in schema.columns if c.name not in keys]
-    row = ", ".join(f"o.{v}" for v in values)
-    new_key = ", ".join(f"m.{quote(NEW_PREFIX + k)}" for k in keys)
-    old_key = ", ".join(f"o.{quote(k)}" for k in keys)
-    moved = (
-        f"SELECT {new_key}, {row}, 'u' AS _action, m.{EV_COMMIT_LSN}, m.{EV_LSN} - 1 "
-        f"FROM {movable_sql(table, moves, keys)} UNION ALL "
-        f"SELECT {old_key}, {row}, 'd', o.{COMMIT_LSN}, o.{LSN} FROM {table} o LEFT SEMI JOIN {moves} m "
-        f"ON {_movable(keys)}"
-    )
-    names = [quote(k) for k in keys] + values
-    source = f"SELECT * FROM ({moved}) AS x({', '.join([*names, '_action', EV_COMMIT_LSN, EV_LSN])})"
-    on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
-    sets = [f"t.{v} = s.{v}" for v in values] + [f"t.{COMMIT_LSN} = s.{EV_COMMIT_LSN}", f"t.{LSN} = s.{EV_LSN}"]
-    inserted = [f"s.{n}" for n in names] + [f"s.{EV_COMMIT_LSN}", f"s.{EV_LSN}"]
+def lineage_events_sql(view: str, moves: str, keys: Sequence[str]) -> str:
+    """SQL: the keyed events of ``view`` (:func:`keyed_events_sql`) with what the key changes of ``moves`` add,
+    for one pass over events without a :func:`first_conflict_sql`. For each key change from key o to key n at
+    position p: o's events before p again, under n (``_inherited``: the values the row had when it moved); a
+    move (op ``m``) under n one byte of WAL before p, naming o and p in ``_root`` (the mirror's row under o,
+    when older than p, gives what no event sent); a delete of o at p (whichever half of the change is here)."""
+    events = keyed_events_sql(view, keys)
+    fields = f"{OP}, {EV_COMMIT_LSN}, {EV_LSN}, {OFFSET}, {UNCHANGED}, after"
+    key_list = ", ".join(quote(k) for k in keys)
+    new = ", ".join(f"m.{quote(NEW_PREFIX + k)} AS {quote(k)}" for k in keys)
+    old = ", ".join(f"m.{quote(OLD_PREFIX + k)} AS {quote(k)}" for k in keys)
+    root = ", ".join(f"{literal(k)}, m.{quote(OLD_PREFIX + k)}" for k in keys)
+    root += f", {literal(EV_COMMIT_LSN)}, m.{EV_COMMIT_LSN}, {literal(EV_LSN)}, m.{EV_LSN}"
+    on_old = " AND ".join(f"e.{quote(k)} <=> m.{quote(OLD_PREFIX + k)}" for k in keys)
+    before = position_after(f"m.{EV_COMMIT_LSN}", f"m.{EV_LSN}", (f"e.{EV_COMMIT_LSN}", f"e.{EV_LSN}"))
+    nothing = f"CAST(array() AS array<string>) AS {UNCHANGED}, NULL AS after"
     return (
-        f"MERGE INTO {table} AS t USING ({source}) AS s ON {on} "
-        f"WHEN MATCHED AND s._action = 'd' THEN DELETE "
-        f"WHEN MATCHED AND s._action = 'u' AND {newer()} THEN UPDATE SET {', '.join(sets)} "
-        f"WHEN NOT MATCHED AND s._action = 'u' THEN INSERT ({', '.join([*names, COMMIT_LSN, LSN])}) "
-        f"VALUES ({', '.join(inserted)})"
+        f"SELECT {key_list}, {fields}, NULL AS _root, false AS _inherited FROM ({events}) UNION ALL "
+        f"SELECT {new}, e.{OP}, e.{EV_COMMIT_LSN}, e.{EV_LSN}, e.{OFFSET}, e.{UNCHANGED}, e.after, NULL, true "
+        f"FROM ({events}) e JOIN {moves} m ON {on_old} AND {before} UNION ALL "
+        f"SELECT {new}, 'm', m.{EV_COMMIT_LSN}, m.{EV_LSN} - 1, -1, {nothing}, named_struct({root}), false "
+        f"FROM {moves} m UNION ALL "
+        f"SELECT {old}, 'd', m.{EV_COMMIT_LSN}, m.{EV_LSN}, -1, {nothing}, NULL, false FROM {moves} m"
     )
+
+
+def moved_latest_sql(view: str, moves: str, table: str, keys: Sequence[str], schema: TableSchema) -> str:
+    """SQL: :func:`latest_sql` over :func:`lineage_events_sql`, each row joined with the mirror's row it moves
+    from (``_base_<column>``; ``_moved`` when a row moves: its own or inherited events, or a row to take)."""
+    latest = latest_sql(f"({lineage_events_sql(view, moves, keys)})", keys, schema, None, lineage=True)
+    values = [c for c in schema.columns if c.name not in keys]
+    on = " AND ".join(f"o.{quote(k)} <=> s._root.{quote(k)}" for k in keys)
+    older = position_after(f"s._root.{EV_COMMIT_LSN}", f"s._root.{EV_LSN}", (f"o.{COMMIT_LSN}", f"o.{LSN}"))
+    base = [f"o.{quote(c.name)} AS {quote(BASE_PREFIX + c.name)}" for c in values]
+    moved = f"(o.{LSN} IS NOT NULL OR s._inherited) AS {MOVED}"
+    return f"SELECT s.*, {', '.join([*base, moved])} FROM ({latest}) s LEFT JOIN {table} o ON {on} AND {older}"
 
 
 def truncate_sql(table: str, position: Position) -> str:

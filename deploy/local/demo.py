@@ -4,10 +4,10 @@ Creates the `cdcd_demo` database (afresh each run), starts `cdcd run` with confi
 `demo.shop.*` topics through the schema registry), runs a small shop workload (plain transactions, a large
 transaction that PostgreSQL streams before commit, savepoints rolled back, a transaction aborted whole, a
 truncate, a logical decoding message; a row filter publishes only orders with id <= 1500), reads the topics
-back with a registry-aware consumer and prints what arrived. Then the Spark job (cdcd.spark, local[2]) mirrors
-the topics into Delta tables under a temporary directory, a few hundred events per micro-batch, while the demo
-prints row counts of source and mirror each second until the mirror has caught up. Finally it stops cdcd with
-SIGTERM and shows the LSN it confirmed.
+back with a registry-aware consumer and prints what arrived. The Spark job (cdcd.spark, local[2]) runs all along,
+started before the workload as it would run in production, and mirrors the topics into Delta tables under a
+temporary directory; the demo prints row counts of source and mirror each second, counted from the workload's
+last COMMIT, until the mirror has caught up. Finally it stops cdcd with SIGTERM and shows the LSN it confirmed.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def reset_database(admin_dsn: str) -> None:
         conn.execute(f"CREATE DATABASE {DB}")
 
 
-def workload(dsn: str) -> None:
+def workload(dsn: str) -> float:
+    """The shop workload; returns the time.monotonic() of its last COMMIT."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE SCHEMA shop;"
@@ -77,6 +78,7 @@ def workload(dsn: str) -> None:
         conn.rollback()
         conn.execute("TRUNCATE shop.orders")
         conn.commit()
+        return time.monotonic()
 
 
 def reset_topics(bootstrap: str) -> None:
@@ -146,12 +148,12 @@ def mirror_counts(spark: Any, root: Path) -> list[int | None]:
     return out
 
 
-def mirror(env: dict[str, str], dsn: str) -> bool:
-    """Run the Spark job on the demo topics; print source vs mirror row counts until the mirror caught up."""
+def start_mirror(env: dict[str, str]) -> tuple[Any, Any, Path]:
+    """Start the Spark job on the demo topics, as it runs in production: before the changes, all along."""
     from cdcd.spark import Options, session, start  # noqa: PLC0415 - Spark starts only here
 
     work = Path(tempfile.mkdtemp(prefix="cdcd-demo-spark-"))
-    print(f"\n--- Spark job mirroring {PREFIX}.shop.* into Delta tables in {work}/mirror ---")
+    print(f"--- Spark job mirroring {PREFIX}.shop.* into Delta tables in {work}/mirror, from now on ---")
     spark = session("local[2]", env["CDCD_SPARK_JARS"], {"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     options = Options(
@@ -161,31 +163,39 @@ def mirror(env: dict[str, str], dsn: str) -> bool:
         checkpoint=str(work / "checkpoint"),
         mirror=str(work / "mirror"),
         trigger_interval="1 second",
-        max_offsets_per_trigger=400,
+        max_offsets_per_trigger=5000,
     )
-    query = start(spark, options)
-    started = time.monotonic()
+    return spark, start(spark, options), work
+
+
+def watch_mirror(spark: Any, query: Any, work: Path, dsn: str, committed: float, *, messages: int) -> bool:
+    """Print source vs mirror row counts each second until the job has read the table topics' ``messages`` and
+    the mirror caught up (at most 180 s)."""
+    print(f"\n--- the mirror in {work}/mirror, seconds since the workload's last COMMIT ---")
     caught_up = False
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             source = [int(conn.execute(q).fetchone()[0]) for _, q in MIRRORED]  # type: ignore[index]
-        while not caught_up and time.monotonic() - started < 180:
-            time.sleep(1)
-            progress = query.lastProgress
+        while not caught_up and time.monotonic() - committed < 180:
             applied = sum(int(p["numInputRows"]) for p in query.recentProgress)  # Kafka messages read
             counts = mirror_counts(spark, work / "mirror")
             shown = ", ".join(
                 f"{t} {m if m is not None else '-'}/{s}" for (t, _), m, s in zip(MIRRORED, counts, source, strict=True)
             )
-            print(
-                f"  t={time.monotonic() - started:4.0f}s  mirror/source rows: {shown}  (Kafka messages read: {applied})"
-            )
-            idle = progress is not None and progress["numInputRows"] == 0 and applied > 0
+            print(f"  t={time.monotonic() - committed:4.0f}s  mirror/source rows: {shown}  "
+                  f"(Kafka messages read so far: {applied})")  # fmt: skip
+            status = query.status  # live, unlike the progress of idle micro-batches (reported every 10 s)
+            idle = applied >= messages and not status["isDataAvailable"] and not status["isTriggerActive"]
             caught_up = idle and counts == source
+            if not caught_up:
+                time.sleep(1)
     finally:
         query.stop()
         spark.stop()
-    print("mirror caught up with the source" if caught_up else "the mirror did NOT catch up within 180 s")
+    if caught_up:
+        print(f"mirror caught up with the source {time.monotonic() - committed:.0f} s after the last COMMIT")
+    else:
+        print("the mirror did NOT catch up within 180 s")
     return caught_up
 
 
@@ -197,16 +207,18 @@ def main() -> int:
     child_env = {**os.environ, **env, "CDCD_SOURCE__DSN": dsn + " options='-c logical_decoding_work_mem=64kB'",
                  "CDCD_SNAPSHOT__STATE_DIR": tempfile.mkdtemp(prefix="cdcd-demo-state-")}  # fmt: skip
     cmd = [sys.executable, "-m", "cdcd", "run", "--config", str(ROOT / "config/demo.yaml")]
+    spark, query, work = start_mirror(env)  # first: cdcd must see the tables within a second or two of its start
     print("$", " ".join(cmd[2:]))
     daemon = subprocess.Popen(cmd, env=child_env)
     try:
-        workload(dsn)
+        committed = workload(dsn)
         # 3 inserts, an update, a delete, 2000 streamed inserts of which the row filter passes 1500, a truncate,
         # a logical decoding message
         expected = 3 + 1 + 1 + 1500 + 1 + 1
         events = consume(env, expected, 90)
         summarize(events)
-        mirrored = mirror(env, dsn)
+        messages = sum(1 for t, _ in events if t.startswith(f"{PREFIX}.shop."))  # tombstones too
+        mirrored = watch_mirror(spark, query, work, dsn, committed, messages=messages)
         time.sleep(1.5)  # one more status interval so the confirmed LSN is visible
     finally:
         daemon.send_signal(signal.SIGTERM)

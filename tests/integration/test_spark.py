@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 
 from cdcd.spark.job import BatchWriter, Options, session, start
@@ -40,14 +42,15 @@ TABLES = {"shop.items": ("id",), "public.pairs": ("a", "b"), "public.audit": ("i
 BIG = "".join(uuid.uuid4().hex for _ in range(400))  # 12,800 characters, stored out of line (not compressed)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def env15(kafka_env: dict[str, str]) -> dict[str, str]:
     subprocess.run([str(STACK), "up", "spark"], check=True, env=os.environ.copy())
     return kafka_env
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark(env15: dict[str, str]) -> Iterator[SparkSession]:
+    """One local session for every Spark test module (test_spark_cluster's gets this one back from getOrCreate)."""
     s = session("local[2]", env15["CDCD_SPARK_JARS"], {"spark.ui.enabled": "false"})
     s.sparkContext.setLogLevel("WARN")
     yield s
@@ -271,18 +274,22 @@ def test_key_changes_keep_unchanged_toast_across_batches_and_partitions(
 ) -> None:
     """A key change whose TOASTed column is unchanged is a delete (plus tombstone) and a create without that
     value: the mirror moves the row to the new key and keeps it, as PostgreSQL's subscriber does, whether both
-    halves come in one micro-batch or the delete or the create first (another batch, another partition), and
-    through chains, reused keys and rows updated just before their key changes (one batch split in parts)."""
+    halves come in one micro-batch or the delete or the create first (another batch, another partition), for
+    rows updated just before their key changes, row after row (one MERGE), and through chains and reused keys
+    (one batch split in parts)."""
     db = run15.db
     run15.start(partitions=2)
     topic = f"{run15.prefix}.shop.items"
     db.execute("INSERT INTO shop.items (id, v, n, big) SELECT g, 'v' || g, g, repeat(md5(g::text), 200)"
                " FROM generate_series(1, 40) g")  # fmt: skip
     run15.sync()
-    inserted = offsets(spark, run15, topic)
+    inserted = offsets(run15, topic)
     db.execute("UPDATE shop.items SET id = id + 100 WHERE id <= 10")  # big: unchanged TOAST
+    for i in range(32, 36):  # updated, then moved, row after row: one MERGE however many rows
+        db.execute("UPDATE shop.items SET v = 'updated, then moved' WHERE id = %s", [i])
+        db.execute("UPDATE shop.items SET id = id + 600 WHERE id = %s", [i])
     run15.sync()
-    moved, moved_rows = offsets(spark, run15, topic), source_rows(db, "shop.items", ("id",))
+    moved, moved_rows = offsets(run15, topic), source_rows(db, "shop.items", ("id",))
     with db.connect() as conn:
         with conn.transaction():  # a chain: 11 -> 211 -> 311
             conn.execute("UPDATE shop.items SET id = 211 WHERE id = 11")
@@ -295,37 +302,39 @@ def test_key_changes_keep_unchanged_toast_across_batches_and_partitions(
         conn.execute("UPDATE shop.items SET id = 30 WHERE id = 31")  # onto a key deleted just before
         conn.execute("INSERT INTO shop.items (id, v) VALUES (31, 'reborn')")  # the old key used again
     run15.sync()
-    ends = offsets(spark, run15, topic)
+    ends = offsets(run15, topic)
 
     halves: dict[bytes, dict[str, tuple[int, int]]] = {}  # the key changes of the first phase: old key -> halves
     for record in kafka_records(spark, run15, topic, {p: (inserted[p], moved[p]) for p in moved}).collect():
         for name, value in record["headers"] or []:
             half, old = ("d", bytes(record["key"])) if name == "__debezium.newkey" else ("c", bytes(value))
             halves.setdefault(old, {})[half] = (record["partition"], record["offset"])
-    assert len(halves) == 10, "each key change has its two halves"
+    assert len(halves) == 14, "each key change has its two halves"
     apart = next((h for h in halves.values() if h["d"][0] != h["c"][0]), None)
-    assert apart is not None, "no key change of the ten has its halves in different partitions"
+    assert apart is not None, "no key change of the first phase has its halves in different partitions"
 
-    def replay(plan: str, cuts: list[dict[int, int]]) -> Path:
-        """Feed the topic to a new mirror in micro-batches ending at ``cuts`` (offsets per partition)."""
+    def replay(plan: str, cuts: list[dict[int, int]], start: dict[int, int], base: Path | None = None) -> Path:
+        """Feed the topic from offsets ``start`` to a new mirror (a copy of mirror root ``base``, if given) in
+        micro-batches ending at ``cuts`` (offsets per partition)."""
         root = tmp_path / plan
+        if base is not None:
+            shutil.copytree(base / "mirror", root / "mirror")
         writer = BatchWriter(spark, replace(options(run15, root), changelog=None))
-        start = {p: 0 for p in ends}
         for batch_id, cut in enumerate(cuts):
             writer.write_batch(kafka_records(spark, run15, topic, {p: (start[p], cut[p]) for p in ends}), batch_id)
             start = cut
-        return root / "mirror" / "shop" / "items"
+        return root
 
+    # Every plan starts from the mirror of the inserted rows, built once.
+    inserts = replay("inserted", [inserted], {p: 0 for p in ends})
     for plan, first_half in (("delete_first", apart["d"]), ("create_first", apart["c"])):
         second = apart["c"] if first_half == apart["d"] else apart["d"]
-        mirror = replay(plan, [inserted, {**moved, second[0]: second[1]}, moved])
-        assert mirror_rows(spark, mirror, ("id",)) == moved_rows, plan
-    mirror = replay("one_batch", [inserted, ends])
-    assert mirror_rows(spark, mirror, ("id",)) == source_rows(db, "shop.items", ("id",))
+        mirror = replay(plan, [{**moved, second[0]: second[1]}, moved], inserted, inserts)
+        assert mirror_rows(spark, mirror / "mirror" / "shop" / "items", ("id",)) == moved_rows, plan
+    mirror = replay("one_batch", [ends], inserted, inserts)
+    assert mirror_rows(spark, mirror / "mirror" / "shop" / "items", ("id",)) == source_rows(db, "shop.items", ("id",))
 
 
-def offsets(spark: SparkSession, r: Run, topic: str) -> dict[int, int]:
-    """The end offset of each partition of ``topic``."""
-    rows = kafka_records(spark, r, topic).groupBy("partition").agg({"offset": "max"}).collect()
-    found = {row["partition"]: row["max(offset)"] + 1 for row in rows}
-    return {p: found.get(p, 0) for p in range(2)}
+def offsets(r: Run, topic: str) -> dict[int, int]:
+    """The end offset of each partition of ``topic`` (its high watermark)."""
+    return {p: r.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(2)}

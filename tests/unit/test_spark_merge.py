@@ -7,11 +7,12 @@ import pytest
 from cdcd.spark.merge import (
     evolve_sql,
     first_conflict_sql,
+    insert_sql,
     keyed_events_sql,
     latest_sql,
+    lineage_events_sql,
     merge_sql,
-    movable_sql,
-    move_sql,
+    moved_latest_sql,
     moves_sql,
     newer,
     position_after,
@@ -118,24 +119,85 @@ def test_moves_sql_takes_a_key_change_from_either_half() -> None:
     )
 
 
-def test_first_conflict_looks_for_earlier_events_on_the_old_or_the_new_key() -> None:
+def test_insert_sql_inserts_what_is_not_deleted() -> None:
+    assert insert_sql("delta.`/m/t`", "latest", ["id"], SCHEMA) == (
+        "INSERT INTO delta.`/m/t` (`id`, `big`, _cdc_commit_lsn, _cdc_lsn) "
+        "SELECT `id`, `big`, _commit_lsn, _lsn FROM latest WHERE _op <> 'd'"
+    )
+
+
+def test_first_conflict_is_an_earlier_touch_of_the_new_key_or_an_earlier_delete_or_move_of_the_old_key() -> None:
     sql = first_conflict_sql("ev", "mv", ["a"])
     earlier = "(m._commit_lsn > e._commit_lsn OR (m._commit_lsn = e._commit_lsn AND m._lsn > e._lsn))"
-    assert f"JOIN ({keyed_events_sql('ev', ['a'])}) e ON e.`a` <=> m.`_old_a` AND {earlier}" in sql
-    assert f"JOIN ({keyed_events_sql('ev', ['a'])}) e ON e.`a` <=> m.`_new_a` AND {earlier}" in sql
-    assert sql.startswith("SELECT min(struct(_commit_lsn, _lsn)) AS first FROM (")
-
-
-def test_move_sql_moves_older_rows_just_before_the_change() -> None:
-    sql = move_sql("delta.`/m/t`", "mv", ["id"], SCHEMA)
-    older = "(m._commit_lsn > o._cdc_commit_lsn OR (m._commit_lsn = o._cdc_commit_lsn AND m._lsn > o._cdc_lsn))"
-    assert (
-        movable_sql("delta.`/m/t`", "mv", ["id"]) == f"mv m JOIN delta.`/m/t` o ON o.`id` <=> m.`_old_id` AND {older}"
+    touches = (
+        f"SELECT `a`, _commit_lsn, _lsn, _op AS _kind FROM ({keyed_events_sql('ev', ['a'])}) UNION ALL "
+        "SELECT `_old_a`, _commit_lsn, _lsn, 'moved' FROM mv UNION ALL "
+        "SELECT `_new_a`, _commit_lsn, _lsn, 'moved' FROM mv"
     )
-    # the row under the new key, one byte of WAL before the change, with the old row's values
-    assert "SELECT m.`_new_id`, o.`big`, 'u' AS _action, m._commit_lsn, m._lsn - 1 FROM mv m JOIN" in sql
-    # the row under the old key goes, once however many changes name it
-    assert "SELECT o.`id`, o.`big`, 'd', o._cdc_commit_lsn, o._cdc_lsn FROM delta.`/m/t` o LEFT SEMI JOIN mv m" in sql
-    assert "WHEN MATCHED AND s._action = 'd' THEN DELETE" in sql
-    assert f"WHEN MATCHED AND s._action = 'u' AND {newer()} THEN UPDATE SET t.`big` = s.`big`" in sql
-    assert "WHEN NOT MATCHED AND s._action = 'u' THEN INSERT (`id`, `big`, _cdc_commit_lsn, _cdc_lsn)" in sql
+    assert sql == (
+        "SELECT min(struct(_commit_lsn, _lsn)) AS first FROM ("
+        f"SELECT m._commit_lsn, m._lsn FROM mv m JOIN ({touches}) e ON e.`a` <=> m.`_new_a` AND {earlier} "  # any
+        f"UNION ALL SELECT m._commit_lsn, m._lsn FROM mv m JOIN ({touches}) e ON e.`a` <=> m.`_old_a` AND {earlier}"
+        " AND e._kind IN ('d', 'moved'))"
+    )
+
+
+def test_lineage_events_add_inherited_events_a_move_and_a_delete_per_key_change() -> None:
+    sql = lineage_events_sql("ev", "mv", ["id"])
+    events = keyed_events_sql("ev", ["id"])
+    before = "(m._commit_lsn > e._commit_lsn OR (m._commit_lsn = e._commit_lsn AND m._lsn > e._lsn))"
+    # the events as they are
+    assert sql.startswith(
+        f"SELECT `id`, _op, _commit_lsn, _lsn, _offset, _unchanged_toast, after, NULL AS _root, false AS _inherited "
+        f"FROM ({events}) UNION ALL "
+    )
+    # the old key's events before the change, again under the new key
+    assert (
+        "SELECT m.`_new_id` AS `id`, e._op, e._commit_lsn, e._lsn, e._offset, e._unchanged_toast, e.after, NULL, "
+        f"true FROM ({events}) e JOIN mv m ON e.`id` <=> m.`_old_id` AND {before} UNION ALL "
+    ) in sql
+    # the move under the new key, one byte of WAL before the change, naming the old key and the change's position
+    assert (
+        "SELECT m.`_new_id` AS `id`, 'm', m._commit_lsn, m._lsn - 1, -1, CAST(array() AS array<string>) AS "
+        "_unchanged_toast, NULL AS after, named_struct('id', m.`_old_id`, '_commit_lsn', m._commit_lsn, '_lsn', "
+        "m._lsn), false FROM mv m UNION ALL "
+    ) in sql
+    # the old key deleted at the change, whichever half is in the batch
+    assert sql.endswith(
+        "SELECT m.`_old_id` AS `id`, 'd', m._commit_lsn, m._lsn, -1, CAST(array() AS array<string>) AS "
+        "_unchanged_toast, NULL AS after, NULL, false FROM mv m"
+    )
+
+
+def test_moved_latest_takes_the_rows_it_moves_from_the_mirror_when_older_than_the_change() -> None:
+    sql = moved_latest_sql("ev", "mv", "delta.`/m/t`", ["id"], SCHEMA)
+    latest = latest_sql(f"({lineage_events_sql('ev', 'mv', ['id'])})", ["id"], SCHEMA, None, lineage=True)
+    older = (
+        "(s._root._commit_lsn > o._cdc_commit_lsn OR "
+        "(s._root._commit_lsn = o._cdc_commit_lsn AND s._root._lsn > o._cdc_lsn))"
+    )
+    assert sql == (
+        "SELECT s.*, o.`big` AS `_base_big`, (o._cdc_lsn IS NOT NULL OR s._inherited) AS _moved "
+        f"FROM ({latest}) s LEFT JOIN delta.`/m/t` o ON o.`id` <=> s._root.`id` AND {older}"
+    )
+    # a move sends no value; the newest move names the row it moves from
+    assert "CASE WHEN _op IN ('d', 'm') OR array_contains(_unchanged_toast, 'big') THEN NULL" in latest
+    assert "max_by(_root, CASE WHEN _root IS NOT NULL THEN struct(_commit_lsn, _lsn, _offset) END) AS _root" in latest
+    assert "bool_or(_inherited) AS _inherited" in latest
+
+
+def test_merge_sql_of_moved_rows_keeps_the_old_rows_values() -> None:
+    sql = merge_sql("delta.`/m/t`", "latest", ["id"], SCHEMA, moved=True)
+    guard = newer()
+    upsert = "s._op <> 'd' AND (s._op <> 'm' OR s._moved)"  # a move with nothing to move does nothing
+    assert f"WHEN MATCHED AND s._op = 'd' AND {guard} THEN DELETE " in sql
+    assert f"WHEN MATCHED AND {upsert} AND {guard} THEN UPDATE SET " in sql
+    assert (
+        "t.`big` = CASE WHEN s.`_keep_big` THEN CASE WHEN s._moved THEN s.`_base_big` ELSE t.`big` END ELSE s.`big` END"
+    ) in sql
+    assert "t.`id` = CASE WHEN s.`_keep_id` THEN t.`id` ELSE s.`id` END" in sql
+    assert sql.endswith(
+        f"WHEN NOT MATCHED AND {upsert} THEN INSERT (`id`, `big`, _cdc_commit_lsn, _cdc_lsn) VALUES (s.`id`, "
+        "CASE WHEN s.`_keep_big` THEN CASE WHEN s._moved THEN s.`_base_big` ELSE NULL END ELSE s.`big` END, "
+        "s._commit_lsn, s._lsn)"
+    )
