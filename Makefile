@@ -53,7 +53,7 @@ integration: venv stack avroread
 
 # The whole suite: lint, types, unit tests, integration tests on every PG major in PG_VERSIONS.
 test: lint stack avroread
-	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" $(BIN)/pytest tests -q -p no:cacheprovider
+	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" $(BIN)/pytest tests -q -p no:cacheprovider --durations=25
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis cdcd.egg-info
