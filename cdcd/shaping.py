@@ -69,13 +69,14 @@ def wire_header(schema_id: int) -> bytes:
     return _WIRE_HEADER.pack(0, schema_id)
 
 
-def key_changed(change: RowChange) -> bool:
+def key_changed(change: RowChange, key_positions: tuple[int, ...]) -> bool:
+    """Whether an update changed its key; ``key_positions``: the table plan's replica identity columns."""
     if change.old_is_key:
         return True  # PostgreSQL sends a K tuple only when the key changed
     old, new = change.old, change.new
     assert old is not None
     assert new is not None
-    return any(old[i] != new[i] for i, c in enumerate(change.relation.columns) if c.is_key)
+    return any(old[i] != new[i] for i in key_positions)
 
 
 class Registry(Protocol):
@@ -208,7 +209,7 @@ class EventShaper:
         emit: Emit,
     ) -> None:
         old, new, lsn, op = change.old, change.new, change.wal_lsn, OP_CODES[change.op]
-        if op == "u" and old is not None and wire.key_header is not None and key_changed(change):
+        if op == "u" and old is not None and wire.key_header is not None and key_changed(change, plan.key_positions):
             assert new is not None
             old_key, new_key = _key(wire, old), _key(wire, new)
             self._event(

@@ -96,9 +96,10 @@ def test_topic_names_are_kafka_legal() -> None:
 
 
 def test_key_change_detection() -> None:
-    assert key_changed(row("update", ("1", None), ("2", "x"), old_is_key=True))
-    assert not key_changed(row("update", ("1", "a"), ("1", "b")))  # full old row, same key
-    assert key_changed(row("update", ("1", "a"), ("2", "a")))
+    keys = Plans().get(REL).key_positions
+    assert key_changed(row("update", ("1", None), ("2", "x"), old_is_key=True), keys)
+    assert not key_changed(row("update", ("1", "a"), ("1", "b")), keys)  # full old row, same key
+    assert key_changed(row("update", ("1", "a"), ("2", "a")), keys)
 
 
 def test_definition_ignores_the_streamed_xid() -> None:
