@@ -14,11 +14,17 @@
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
-# --- builder: wheels of cdcd and of every runtime dependency (no dev extras) ---
+# --- builder: wheels of cdcd (with its compiled row stage, cdcd._native) and of every runtime dependency ---
 FROM ${PYTHON_IMAGE} AS builder
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    CARGO_HOME=/usr/local/cargo RUSTUP_HOME=/usr/local/rustup PATH=/usr/local/cargo/bin:$PATH
+# cargo and rustc from the official Rust image (Debian's are too old for PyO3); gcc links the module.
+COPY --from=rust:1-slim /usr/local/cargo /usr/local/cargo
+COPY --from=rust:1-slim /usr/local/rustup /usr/local/rustup
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY native ./native
 COPY cdcd ./cdcd
 RUN pip wheel --wheel-dir /wheels .
 

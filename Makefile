@@ -13,7 +13,9 @@ PG_FULL ?= 17
 .PHONY: demo test lint unit integration stack venv clean avroread
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+# `pip install -e` builds cdcd._native (native/, Rust) with maturin and cargo; a change of the Rust rebuilds it.
+$(VENV)/.installed: pyproject.toml native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
+	@command -v cargo >/dev/null || { echo "make venv: cargo not found: cdcd's compiled row stage (native/) needs Rust: install it with rustup"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -44,6 +46,7 @@ lint: venv
 	$(BIN)/ruff check cdcd tests benchmarks deploy
 	$(BIN)/ruff format --check cdcd tests benchmarks deploy
 	$(BIN)/mypy
+	cd native && cargo fmt --check && cargo clippy --release --locked -- -D warnings && cargo test --release --locked
 
 unit: venv
 	$(BIN)/pytest tests/unit -q
@@ -51,9 +54,11 @@ unit: venv
 integration: venv stack avroread
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" $(BIN)/pytest tests/integration -q
 
-# The whole suite: lint, types, unit tests, integration tests on every PG major in PG_VERSIONS.
+# The whole suite: lint, types, unit tests, integration tests on every PG major in PG_VERSIONS, with the compiled
+# row stage (cdcd._native); then the unit tests again on the Python reference alone (CDCD_IMPL=python).
 test: lint stack avroread
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" $(BIN)/pytest tests -q -p no:cacheprovider --durations=25
+	CDCD_IMPL=python $(BIN)/pytest tests/unit -q -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis cdcd.egg-info

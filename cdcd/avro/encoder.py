@@ -24,8 +24,9 @@ from typing import Any, Final, Protocol
 
 from cdcd.avro.schema import ColumnSchema, RelationSchemas
 from cdcd.avro.types import ConversionError, Datum, TypeMapping
-from cdcd.pgoutput.messages import Row
-from cdcd.pgtypes import identity
+from cdcd.native import native
+from cdcd.pgoutput.messages import Row, Value
+from cdcd.pgtypes import CODECS, identity
 
 CONNECTOR: Final = "postgresql"
 
@@ -202,6 +203,70 @@ def _compile_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool, na
     return fn
 
 
+# --------------------------------------------------------------------------------------------- compiled rows
+
+# The compiled row writer's conversions (cdcd._native, native/src/convert.rs), by codec name; a column whose
+# mapping has none is converted by its reference writer (``_field_writer``), called from the compiled code.
+_NATIVE_CODES: Final[dict[str, int]] = {
+    "bool": 1,
+    "int2": 2,
+    "int4": 3,
+    "int8": 4,
+    "oid": 5,
+    "float4": 6,
+    "float8": 7,
+    **dict.fromkeys(("text", "varchar", "bpchar", "name", "char", "json", "xml"), 8),
+    **dict.fromkeys(("timetz", "numeric"), 9),  # text forms kept; binary forms by the reference
+    "jsonb": 10,
+    "bytea": 11,
+    "uuid": 12,
+    "date": 13,
+    "time": 14,
+    "timestamp": 15,
+    "timestamptz": 16,
+}
+_TEXT_ONLY, _DECIMAL = 9, 17
+_CODECS_BY_NAME: Final = {c.name: c for c in CODECS.values()}
+
+
+def native_kind(mapping: TypeMapping) -> tuple[int, int]:
+    """The compiled conversion of a mapping (code, parameter); (0, 0): the reference writer's."""
+    code = _NATIVE_CODES.get(mapping.pg_type)
+    codec = _CODECS_BY_NAME.get(mapping.pg_type)
+    if code is not None and codec is not None:
+        same = mapping.from_text is codec.from_text and mapping.from_binary is codec.from_binary
+        return (code, 0) if same else (0, 0)
+    branch = mapping.branches[0]
+    if mapping.kind == "bytes" and isinstance(branch, dict) and branch.get("logicalType") == "decimal":
+        return _DECIMAL, int(branch["scale"])
+    if mapping.kind == "string" and mapping.from_text is identity:
+        return _TEXT_ONLY, 0  # user-defined and unknown types: text form
+    return 0, 0
+
+
+def _field_writer(col: ColumnSchema, nullable: bool) -> Callable[[Value], bytes]:
+    """The reference writer of one field's non-null value: what the generated Python code writes for it."""
+    m = col.mapping
+    text, binary = m.from_text, m.from_binary
+    if m.kind == "array":
+        write = _array_writer(m, nullable)
+        return lambda v: write(text(v) if v.__class__ is str else binary(v))  # type: ignore[arg-type]
+    write_kind = _KIND_WRITERS[m.kind]
+    branch = b"\x02" if nullable else b""
+    return lambda v: branch + write_kind(text(v) if v.__class__ is str else binary(v))  # type: ignore[arg-type]
+
+
+def _row_writer(
+    columns: Sequence[ColumnSchema], ncols: int, nullable: bool, name: str, use_native: bool
+) -> Callable[..., None]:
+    """The row record writer ``name(row, append, toast)``: cdcd._native's when loaded and wanted."""
+    if native is None or not use_native:
+        return _compile_row(columns, ncols, nullable, name)
+    fields = [(c.index, *native_kind(c.mapping), _field_writer(c, nullable), write_string(c.field)) for c in columns]
+    writer: Callable[..., None] = native.RowWriter(fields, ncols, nullable)
+    return writer
+
+
 # --------------------------------------------------------------------------------------------- envelope
 
 
@@ -260,15 +325,16 @@ _OPS: Final[dict[str, bytes]] = {op: write_string(op) for op in ("c", "u", "d", 
 
 
 class EnvelopeEncoder:
-    """Encodes one table's Envelope and Key records. Build one per Relation message (it compiles code)."""
+    """Encodes one table's Envelope and Key records. Build one per Relation message (it compiles code).
+    ``native``: write rows with cdcd._native when it is loaded (False: the Python reference only)."""
 
-    def __init__(self, schemas: RelationSchemas) -> None:
+    def __init__(self, schemas: RelationSchemas, *, native: bool = True) -> None:
         self.schemas = schemas
         cols = schemas.columns
         n = len(cols)
-        self._value_row = _compile_row(cols, n, True, "value_row")
+        self._value_row = _row_writer(cols, n, True, "value_row", native)
         self._key_columns = schemas.key_columns
-        self._key_row = _compile_row(self._key_columns, n, False, "key_row") if self._key_columns else None
+        self._key_row = _row_writer(self._key_columns, n, False, "key_row", native) if self._key_columns else None
         rel = schemas.relation
         self._connector_name = write_string(CONNECTOR) + write_string(schemas.prefix)
         self._schema_table = write_string(rel.schema or "pg_catalog") + write_string(rel.name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from cdcd.native import native
 from cdcd.pgoutput.errors import DecodeError
 from cdcd.pgoutput.messages import (
     UNCHANGED_TOAST,
@@ -185,17 +186,40 @@ def read_tuple(buf: bytes, pos: int, name: str, encoding: str) -> tuple[Row, int
     return tuple(values), pos
 
 
+TupleReader = Callable[[bytes, int, str, str], tuple[Row, int]]
+
+
+def _native_tuple_reader() -> TupleReader | None:
+    """The compiled ``read_tuple`` (UTF-8 only); what it cannot read, the Python one reads or names."""
+    if native is None:
+        return None
+    fast = native.read_tuple
+
+    def read(buf: bytes, pos: int, name: str, encoding: str) -> tuple[Row, int]:
+        got: tuple[Row, int] | None = fast(buf, pos)
+        return read_tuple(buf, pos, name, encoding) if got is None else got
+
+    return read
+
+
+_NATIVE_READ_TUPLE = _native_tuple_reader()
+
+
 class Decoder:
     """Stateful decoder for one replication session. Create a new one after reconnecting."""
 
-    def __init__(self, encoding: str = "utf-8", *, parallel_streaming: bool = False) -> None:
+    def __init__(self, encoding: str = "utf-8", *, parallel_streaming: bool = False, native: bool = True) -> None:
         """``parallel_streaming``: the session asked for streaming = parallel (protocol 4), so every Stream
-        Abort carries the abort LSN and timestamp; otherwise none does."""
+        Abort carries the abort LSN and timestamp; otherwise none does. ``native``: read tuples with
+        cdcd._native when it is loaded (False: the Python reference only)."""
         self.encoding = encoding
         self.parallel_streaming = parallel_streaming
         self.relations: dict[int, Relation] = {}
         self.types: dict[int, Type] = {}
         self.in_stream = False
+        utf8 = encoding.replace("-", "").replace("_", "").lower() == "utf8"
+        fast = _NATIVE_READ_TUPLE if native and utf8 else None
+        self._read_tuple: TupleReader = fast or read_tuple
         self._handlers: dict[int, Callable[[_Reader, bytes, int], Message]] = {
             ord("B"): self._begin,
             ord("C"): self._commit,
@@ -267,10 +291,11 @@ class Decoder:
             raise DecodeError(name, pos, "truncated: expected a tuple part ('N', 'K' or 'O')")
         old: Row | None = None
         old_is_key = False
+        read = self._read_tuple
         part = buf[pos]
         if op != "insert" and part in (75, 79):  # 'K' or 'O'
             old_is_key = part == 75
-            old, pos = read_tuple(buf, pos + 1, name, self.encoding)
+            old, pos = read(buf, pos + 1, name, self.encoding)
             if op == "update":
                 if pos >= end:
                     raise DecodeError(name, pos, "truncated: expected 'N' after the old tuple")
@@ -280,7 +305,7 @@ class Decoder:
             if old is None:
                 raise DecodeError(name, pos, f"expected 'K' or 'O', got {chr(part)!r}")
         elif part == 78:  # 'N'
-            new, pos = read_tuple(buf, pos + 1, name, self.encoding)
+            new, pos = read(buf, pos + 1, name, self.encoding)
         else:
             raise DecodeError(name, pos, f"expected 'N'{'' if op == 'insert' else ', K or O'}, got {chr(part)!r}")
         if pos != end:

@@ -1,0 +1,403 @@
+//! PostgreSQL text and binary forms to Avro bytes, for the forms PostgreSQL's output functions print.
+//!
+//! Every function answers `None` when the input is not in the plain form it knows; the caller then asks the
+//! Python reference (`cdcd.pgtypes`, `cdcd.avro.types`), which either converts it or raises the typed error.
+//! So these functions must never accept an input the reference would convert differently: each follows the
+//! reference's arithmetic exactly (no range checks the reference does not make, none it makes skipped).
+
+use crate::avro;
+
+const US_PER_DAY: i64 = 86_400_000_000;
+const PG_EPOCH_DAYS: i64 = 10_957;
+const PG_EPOCH_OFFSET_US: i64 = PG_EPOCH_DAYS * US_PER_DAY;
+
+/// Which conversion a column takes (the codes `cdcd.native` assigns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Python,
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Oid,
+    Float4,
+    Float8,
+    Text,     // text form kept; binary form UTF-8
+    TextOnly, // text form kept; binary form left to Python
+    Jsonb,    // text form kept; binary form version 1 + UTF-8
+    Bytea,
+    Uuid,
+    Date,
+    Time,
+    Timestamp,
+    Timestamptz,
+    Decimal(u32), // numeric(p, s): the scale
+}
+
+impl Kind {
+    pub fn from_code(code: u32, param: u32) -> Option<Kind> {
+        Some(match code {
+            0 => Kind::Python,
+            1 => Kind::Bool,
+            2 => Kind::Int2,
+            3 => Kind::Int4,
+            4 => Kind::Int8,
+            5 => Kind::Oid,
+            6 => Kind::Float4,
+            7 => Kind::Float8,
+            8 => Kind::Text,
+            9 => Kind::TextOnly,
+            10 => Kind::Jsonb,
+            11 => Kind::Bytea,
+            12 => Kind::Uuid,
+            13 => Kind::Date,
+            14 => Kind::Time,
+            15 => Kind::Timestamp,
+            16 => Kind::Timestamptz,
+            17 if param <= 1000 => Kind::Decimal(param),
+            _ => return None,
+        })
+    }
+}
+
+/// Append the Avro datum of a text-form value; false when the reference must do it.
+pub fn text(kind: Kind, s: &str, out: &mut Vec<u8>) -> bool {
+    let b = s.as_bytes();
+    match kind {
+        Kind::Python => return false,
+        Kind::Bool => match b {
+            b"t" => out.push(1),
+            b"f" => out.push(0),
+            _ => return false,
+        },
+        Kind::Int2 | Kind::Int4 | Kind::Int8 | Kind::Oid => match int(b) {
+            Some(n) => avro::long(out, n),
+            None => return false,
+        },
+        Kind::Float4 => match float(b) {
+            Some(x) => {
+                let y = x as f32;
+                if y.is_infinite() && !x.is_infinite() {
+                    return false; // Python: "float too large to pack with f format"
+                }
+                out.extend_from_slice(&y.to_le_bytes());
+            }
+            None => return false,
+        },
+        Kind::Float8 => match float(b) {
+            Some(x) => out.extend_from_slice(&x.to_le_bytes()),
+            None => return false,
+        },
+        Kind::Text | Kind::TextOnly | Kind::Jsonb | Kind::Uuid => avro::bytes(out, b),
+        Kind::Bytea => match hex(b) {
+            Some(v) => avro::bytes(out, &v),
+            None => return false,
+        },
+        Kind::Date => match date(b) {
+            Some(d) => avro::long(out, d),
+            None => return false,
+        },
+        Kind::Time => match time_of_day(b) {
+            Some(us) => avro::long(out, us),
+            None => return false,
+        },
+        Kind::Timestamp | Kind::Timestamptz => match timestamp(b, kind == Kind::Timestamptz) {
+            Some(us) => avro::long(out, us),
+            None => return false,
+        },
+        Kind::Decimal(scale) => match decimal(b, scale) {
+            Some(n) => avro::decimal(out, n),
+            None => return false,
+        },
+    }
+    true
+}
+
+/// Append the Avro datum of a binary-form (send function) value; false when the reference must do it.
+pub fn binary(kind: Kind, b: &[u8], out: &mut Vec<u8>) -> bool {
+    match kind {
+        Kind::Bool => match b {
+            [1] => out.push(1),
+            [0] => out.push(0),
+            _ => return false,
+        },
+        Kind::Int2 => match <[u8; 2]>::try_from(b) {
+            Ok(a) => avro::long(out, i16::from_be_bytes(a).into()),
+            Err(_) => return false,
+        },
+        Kind::Int4 => match <[u8; 4]>::try_from(b) {
+            Ok(a) => avro::long(out, i32::from_be_bytes(a).into()),
+            Err(_) => return false,
+        },
+        Kind::Oid => match <[u8; 4]>::try_from(b) {
+            Ok(a) => avro::long(out, u32::from_be_bytes(a).into()),
+            Err(_) => return false,
+        },
+        Kind::Int8 | Kind::Time => match <[u8; 8]>::try_from(b) {
+            Ok(a) => avro::long(out, i64::from_be_bytes(a)),
+            Err(_) => return false,
+        },
+        Kind::Float4 => match <[u8; 4]>::try_from(b) {
+            // a NaN's payload may change on its way through a Python float: the reference decides
+            Ok(a) if !f32::from_be_bytes(a).is_nan() => out.extend_from_slice(&f32::from_be_bytes(a).to_le_bytes()),
+            _ => return false,
+        },
+        Kind::Float8 => match <[u8; 8]>::try_from(b) {
+            Ok(a) => out.extend_from_slice(&f64::from_be_bytes(a).to_le_bytes()),
+            Err(_) => return false,
+        },
+        Kind::Text => match std::str::from_utf8(b) {
+            Ok(_) => avro::bytes(out, b),
+            Err(_) => return false,
+        },
+        Kind::Jsonb => match b.split_first() {
+            Some((1, rest)) if std::str::from_utf8(rest).is_ok() => avro::bytes(out, rest),
+            _ => return false,
+        },
+        Kind::Bytea => avro::bytes(out, b),
+        Kind::Uuid => match <[u8; 16]>::try_from(b) {
+            Ok(a) => avro::bytes(out, &uuid_text(&a)),
+            Err(_) => return false,
+        },
+        Kind::Date => match <[u8; 4]>::try_from(b) {
+            Ok(a) => {
+                let d = i32::from_be_bytes(a);
+                let days = if d == i32::MAX || d == i32::MIN {
+                    d.into()
+                } else {
+                    i64::from(d) + PG_EPOCH_DAYS
+                };
+                avro::long(out, days);
+            }
+            Err(_) => return false,
+        },
+        Kind::Timestamp | Kind::Timestamptz => match <[u8; 8]>::try_from(b) {
+            Ok(a) => {
+                let t = i64::from_be_bytes(a);
+                let us = if t == i64::MAX || t == i64::MIN {
+                    t
+                } else {
+                    match t.checked_add(PG_EPOCH_OFFSET_US) {
+                        Some(us) if us < i64::MAX => us,
+                        _ => return false,
+                    }
+                };
+                avro::long(out, us);
+            }
+            Err(_) => return false,
+        },
+        Kind::Python | Kind::TextOnly | Kind::Decimal(_) => return false,
+    }
+    true
+}
+
+fn digits(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 18 || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(b.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
+}
+
+/// `-?[0-9]+` within the i64 range (Python's int() accepts more: the reference handles the rest).
+fn int(b: &[u8]) -> Option<i64> {
+    let (neg, body) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    if body.is_empty() || body.len() > 19 || !body.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for d in body {
+        n = n.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?; // negative: reaches i64::MIN
+    }
+    if neg {
+        Some(n)
+    } else {
+        n.checked_neg()
+    }
+}
+
+/// Decimal float literals only (no NaN, Infinity, spaces or underscores: the reference handles those).
+fn float(b: &[u8]) -> Option<f64> {
+    if b.is_empty()
+        || !b
+            .iter()
+            .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'+' | b'-'))
+    {
+        return None;
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// `\x` and pairs of hex digits (bytea_output = hex).
+fn hex(b: &[u8]) -> Option<Vec<u8>> {
+    let body = b.strip_prefix(b"\\x")?;
+    if body.len() % 2 != 0 {
+        return None;
+    }
+    body.chunks_exact(2)
+        .map(|p| Some((nibble(p[0])? << 4) | nibble(p[1])?))
+        .collect()
+}
+
+fn nibble(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn uuid_text(a: &[u8; 16]) -> Vec<u8> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = Vec::with_capacity(36);
+    for (i, byte) in a.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push(b'-');
+        }
+        s.push(HEX[usize::from(byte >> 4)]);
+        s.push(HEX[usize::from(byte & 15)]);
+    }
+    s
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (`cdcd.pgtypes.days_from_civil`, which checks only
+/// that the month is 1-12 and the day 1-31).
+fn days_from_civil(y: i64, m: i64, d: i64) -> Option<i64> {
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let y = y - i64::from(m <= 2);
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+    Some(era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468)
+}
+
+/// `YYYY-MM-DD` (four-digit years, AD), `infinity`, `-infinity`.
+fn date(b: &[u8]) -> Option<i64> {
+    match b {
+        b"infinity" => Some(i32::MAX.into()),
+        b"-infinity" => Some(i32::MIN.into()),
+        _ => ymd(b),
+    }
+}
+
+fn ymd(b: &[u8]) -> Option<i64> {
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    days_from_civil(digits(&b[..4])?, digits(&b[5..7])?, digits(&b[8..10])?)
+}
+
+/// `HH:MM:SS` with an optional fraction of 1-6 digits (no range checks, as the reference).
+fn time_of_day(b: &[u8]) -> Option<i64> {
+    if b.len() < 8 || b[2] != b':' || b[5] != b':' {
+        return None;
+    }
+    let secs = digits(&b[..2])? * 3600 + digits(&b[3..5])? * 60 + digits(&b[6..8])?;
+    Some(secs * 1_000_000 + fraction(&b[8..])?)
+}
+
+/// Microseconds of `.f{1,6}`, or 0 for nothing.
+fn fraction(b: &[u8]) -> Option<i64> {
+    match b.split_first() {
+        None => Some(0),
+        Some((b'.', f)) if (1..=6).contains(&f.len()) => Some(digits(f)? * 10i64.pow(6 - f.len() as u32)),
+        _ => None,
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.f{1,6}]` and, with a time zone, `±HH[:MM[:SS]]`; `infinity`, `-infinity`.
+fn timestamp(b: &[u8], with_tz: bool) -> Option<i64> {
+    match b {
+        b"infinity" => return Some(i64::MAX),
+        b"-infinity" => return Some(i64::MIN),
+        _ => {}
+    }
+    if b.len() < 19 || b[10] != b' ' {
+        return None;
+    }
+    let days = ymd(&b[..10])?;
+    let (tod, offset) = if with_tz {
+        let i = b[19..].iter().position(|&c| c == b'+' || c == b'-')? + 19;
+        (&b[11..i], utc_offset(&b[i..])?)
+    } else {
+        (&b[11..], 0)
+    };
+    Some(days * US_PER_DAY + time_of_day(tod)? - offset * 1_000_000)
+}
+
+/// Seconds east of UTC of `±HH`, `±HH:MM` or `±HH:MM:SS`.
+fn utc_offset(b: &[u8]) -> Option<i64> {
+    let (sign, body) = match b.split_first()? {
+        (b'+', rest) => (1, rest),
+        (b'-', rest) => (-1, rest),
+        _ => return None,
+    };
+    let mut seconds = 0;
+    let mut parts = 0;
+    for (i, part) in body.split(|&c| c == b':').enumerate() {
+        if part.len() != 2 || i > 2 {
+            return None;
+        }
+        seconds += digits(part)? * [3600, 60, 1][i];
+        parts += 1;
+    }
+    (parts > 0).then_some(sign * seconds)
+}
+
+/// The unscaled value of `-?[0-9]+(\.[0-9]+)?` with at most `scale` fraction digits, within i128.
+fn decimal(b: &[u8], scale: u32) -> Option<i128> {
+    let (neg, body) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    let (ip, fp) = match body.iter().position(|&c| c == b'.') {
+        Some(dot) => (&body[..dot], &body[dot + 1..]),
+        None => (body, &body[body.len()..]),
+    };
+    if ip.is_empty() || fp.len() > scale as usize || (fp.is_empty() && ip.len() < body.len()) {
+        return None;
+    }
+    let mut n: i128 = 0;
+    for &d in ip.iter().chain(fp) {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(i128::from(d - b'0'))?;
+    }
+    n = n.checked_mul(10i128.checked_pow(scale - fp.len() as u32)?)?;
+    Some(if neg { -n } else { n })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(timestamp(b"1970-01-01 00:00:00", false), Some(0));
+        assert_eq!(timestamp(b"1970-01-01 01:00:00+01", true), Some(0));
+        assert_eq!(timestamp(b"1970-01-01 00:00:00.5-00:30", true), Some(1_800_500_000));
+        assert_eq!(timestamp(b"1970-01-01 00:00:00.", false), None);
+        assert_eq!(timestamp(b"1970-01-01 00:00:00+01", false), None);
+    }
+
+    #[test]
+    fn decimals() {
+        assert_eq!(decimal(b"-1.5", 2), Some(-150));
+        assert_eq!(decimal(b"12", 0), Some(12));
+        assert_eq!(decimal(b"1.", 2), None);
+        assert_eq!(decimal(b"1.234", 2), None);
+    }
+
+    #[test]
+    fn ints() {
+        assert_eq!(int(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(int(b"9223372036854775808"), None);
+        assert_eq!(int(b"+1"), None);
+    }
+}

@@ -1,0 +1,21 @@
+//! cdcd's per-row stage, compiled (`cdcd._native`). The Python modules stay the specification: this module
+//! implements the plain forms of their hot functions, and hands everything else back to them.
+//!
+//! * `read_tuple(buf, pos)`: pgoutput TupleData (UTF-8 server encoding) to a row tuple, as
+//!   `cdcd.pgoutput.decoder.read_tuple` returns it; `None` for anything malformed (the Python decoder then
+//!   raises its typed `DecodeError`, with the offset).
+//! * `RowWriter`: a compiled row record of `cdcd.avro.encoder`: row tuple in, Avro bytes out.
+
+use pyo3::prelude::*;
+
+mod avro;
+mod convert;
+mod row;
+mod tuple;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(tuple::read_tuple, m)?)?;
+    m.add_class::<row::RowWriter>()?;
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! One table version's row record, compiled: the row tuple's values converted and written as Avro, in the
+//! record's field order, exactly as the Python encoder generated for the same columns writes them.
+
+use pyo3::exceptions::{PyIndexError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString, PyTuple};
+
+use crate::convert::{self, Kind};
+
+struct Field {
+    index: usize,
+    kind: Kind,
+    /// The reference writer of this field: value in, the field's Avro bytes out (union branch included).
+    fallback: Py<PyAny>,
+    /// The field's name as an Avro string, for `unchanged_toast`.
+    name: Py<PyBytes>,
+}
+
+/// `RowWriter(fields, ncols, nullable)`: ``fields`` are (column index, kind code, kind parameter, fallback,
+/// encoded field name) in record order. Calling it with (row, append, toast) appends the record's bytes
+/// with ``append`` once; in a nullable (Value) record, NULL and unchanged TOAST values write the null
+/// branch, and unchanged ones call ``toast`` with the field's name; in a Key record they raise ValueError.
+#[pyclass(frozen, module = "cdcd._native")]
+pub struct RowWriter {
+    fields: Vec<Field>,
+    ncols: usize,
+    nullable: bool,
+}
+
+type FieldSpec = (usize, u32, u32, Py<PyAny>, Py<PyBytes>);
+
+#[pymethods]
+impl RowWriter {
+    #[new]
+    fn new(fields: Vec<FieldSpec>, ncols: usize, nullable: bool) -> PyResult<Self> {
+        let fields = fields
+            .into_iter()
+            .map(|(index, code, param, fallback, name)| {
+                let kind = Kind::from_code(code, param)
+                    .ok_or_else(|| PyValueError::new_err(format!("unknown kind code {code} ({param})")))?;
+                if index >= ncols {
+                    return Err(PyValueError::new_err(format!("column {index} of {ncols}")));
+                }
+                Ok(Field {
+                    index,
+                    kind,
+                    fallback,
+                    name,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(RowWriter {
+            fields,
+            ncols,
+            nullable,
+        })
+    }
+
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        row: &Bound<'_, PyTuple>,
+        append: &Bound<'_, PyAny>,
+        toast: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let out = self.write(py, row, toast)?;
+        append.call1((PyBytes::new(py, &out),))?;
+        Ok(())
+    }
+}
+
+impl RowWriter {
+    fn write(&self, py: Python<'_>, row: &Bound<'_, PyTuple>, toast: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+        if row.len() != self.ncols {
+            return Err(PyIndexError::new_err("row length"));
+        }
+        let mut out = Vec::with_capacity(16 * self.fields.len());
+        for field in &self.fields {
+            let value = row.get_item(field.index)?;
+            if value.is_none() || value.is(py.Ellipsis()) {
+                if !self.nullable {
+                    return Err(PyValueError::new_err(format!(
+                        "missing key value (column {})",
+                        field.index
+                    )));
+                }
+                out.push(0);
+                if !value.is_none() {
+                    toast.call1((field.name.bind(py),))?;
+                }
+                continue;
+            }
+            let mark = out.len();
+            if self.nullable {
+                out.push(2);
+            }
+            let done = if let Ok(s) = value.cast_exact::<PyString>() {
+                // a str with lone surrogates has no UTF-8 form: the reference raises for it
+                s.to_str().is_ok_and(|s| convert::text(field.kind, s, &mut out))
+            } else if let Ok(b) = value.cast_exact::<PyBytes>() {
+                convert::binary(field.kind, b.as_bytes(), &mut out)
+            } else {
+                false
+            };
+            if !done {
+                out.truncate(mark);
+                let written = field.fallback.bind(py).call1((value,))?;
+                out.extend_from_slice(written.cast_exact::<PyBytes>()?.as_bytes());
+            }
+        }
+        Ok(out)
+    }
+}
