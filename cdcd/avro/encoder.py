@@ -24,7 +24,7 @@ from typing import Any, Final, Protocol
 
 from cdcd.avro.schema import ColumnSchema, RelationSchemas
 from cdcd.avro.types import ConversionError, Datum, TypeMapping
-from cdcd.native import native
+from cdcd.native import native as _native
 from cdcd.pgoutput.messages import Row, Value
 from cdcd.pgtypes import CODECS, identity
 
@@ -256,14 +256,11 @@ def _field_writer(col: ColumnSchema, nullable: bool) -> Callable[[Value], bytes]
     return lambda v: branch + write_kind(text(v) if v.__class__ is str else binary(v))  # type: ignore[arg-type]
 
 
-def _row_writer(
-    columns: Sequence[ColumnSchema], ncols: int, nullable: bool, name: str, use_native: bool
-) -> Callable[..., None]:
-    """The row record writer ``name(row, append, toast)``: cdcd._native's when loaded and wanted."""
-    if native is None or not use_native:
-        return _compile_row(columns, ncols, nullable, name)
+def _native_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool) -> Callable[..., None]:
+    """cdcd._native's row record writer, called as the generated ``(row, append, toast)`` function is."""
+    assert _native is not None
     fields = [(c.index, *native_kind(c.mapping), _field_writer(c, nullable), write_string(c.field)) for c in columns]
-    writer: Callable[..., None] = native.RowWriter(fields, ncols, nullable)
+    writer: Callable[..., None] = _native.RowWriter(fields, ncols, nullable)
     return writer
 
 
@@ -326,19 +323,36 @@ _OPS: Final[dict[str, bytes]] = {op: write_string(op) for op in ("c", "u", "d", 
 
 class EnvelopeEncoder:
     """Encodes one table's Envelope and Key records. Build one per Relation message (it compiles code).
-    ``native``: write rows with cdcd._native when it is loaded (False: the Python reference only)."""
+
+    ``native``: encode with cdcd._native when it is loaded, which hands what it refuses (and every error) to
+    the Python reference built here too; False: the Python reference only.
+    """
 
     def __init__(self, schemas: RelationSchemas, *, native: bool = True) -> None:
         self.schemas = schemas
         cols = schemas.columns
         n = len(cols)
-        self._value_row = _row_writer(cols, n, True, "value_row", native)
         self._key_columns = schemas.key_columns
-        self._key_row = _row_writer(self._key_columns, n, False, "key_row", native) if self._key_columns else None
+        self._value_row = _compile_row(cols, n, True, "value_row")
+        self._reference_key_row = _compile_row(self._key_columns, n, False, "key_row") if self._key_columns else None
+        self._key_row = self._reference_key_row
         rel = schemas.relation
         self._connector_name = write_string(CONNECTOR) + write_string(schemas.prefix)
         self._schema_table = write_string(rel.schema or "pg_catalog") + write_string(rel.name)
         self.encode_value: EncodeValue = self._make_encode_value()
+        self.encode_key: Callable[[Row], bytes] = self._encode_key
+        if native and _native is not None:
+            self._use_native()
+
+    def _use_native(self) -> None:
+        assert _native is not None
+        cols = self.schemas.columns
+        self._value_row = _native_row(cols, len(cols), True)
+        self._key_row = _native_row(self._key_columns, len(cols), False) if self._key_columns else None
+        constants = self._connector_name, self._schema_table
+        envelope = _native.Envelope(self._value_row, self._key_row, *constants, self.encode_value, self._encode_key)
+        self.encode_value = envelope.encode_value
+        self.encode_key = envelope.encode_key
 
     # The hot path is a closure over locals (no attribute lookups per event).
     def _make_encode_value(self) -> EncodeValue:  # noqa: PLR0915 - one closure on purpose: the hot path
@@ -449,9 +463,9 @@ class EnvelopeEncoder:
 
         return encode_value
 
-    def encode_key(self, row: Row) -> bytes:
+    def _encode_key(self, row: Row) -> bytes:
         """The Avro binary Key record of ``row`` (its replica identity columns). The table must have a key."""
-        key_row = self._key_row
+        key_row = self._reference_key_row
         if key_row is None:
             raise ConversionError(f"table {self.schemas.table} has no key columns", table=self.schemas.table)
         parts: list[bytes] = []

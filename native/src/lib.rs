@@ -5,11 +5,13 @@
 //!   `cdcd.pgoutput.decoder.read_tuple` returns it; `None` for anything malformed (the Python decoder then
 //!   raises its typed `DecodeError`, with the offset).
 //! * `RowWriter`: a compiled row record of `cdcd.avro.encoder`: row tuple in, Avro bytes out.
+//! * `Envelope`: a table's `encode_value` and `encode_key` (`cdcd.avro.encoder.EnvelopeEncoder`).
 
 use pyo3::prelude::*;
 
 mod avro;
 mod convert;
+mod envelope;
 mod row;
 mod tuple;
 
@@ -17,5 +19,6 @@ mod tuple;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tuple::read_tuple, m)?)?;
     m.add_class::<row::RowWriter>()?;
+    m.add_class::<envelope::Envelope>()?;
     Ok(())
 }

@@ -63,18 +63,25 @@ impl RowWriter {
         append: &Bound<'_, PyAny>,
         toast: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let out = self.write(py, row, toast)?;
+        let mut out = Vec::with_capacity(16 * self.fields.len());
+        self.write(py, row, &mut out, &mut |name| toast.call1((name,)).map(drop))?;
         append.call1((PyBytes::new(py, &out),))?;
         Ok(())
     }
 }
 
 impl RowWriter {
-    fn write(&self, py: Python<'_>, row: &Bound<'_, PyTuple>, toast: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    /// Append the record of ``row`` to ``out``; ``toast`` gets the encoded name of each unchanged TOAST field.
+    pub fn write(
+        &self,
+        py: Python<'_>,
+        row: &Bound<'_, PyTuple>,
+        out: &mut Vec<u8>,
+        toast: &mut dyn FnMut(&Bound<'_, PyBytes>) -> PyResult<()>,
+    ) -> PyResult<()> {
         if row.len() != self.ncols {
             return Err(PyIndexError::new_err("row length"));
         }
-        let mut out = Vec::with_capacity(16 * self.fields.len());
         for field in &self.fields {
             let value = row.get_item(field.index)?;
             if value.is_none() || value.is(py.Ellipsis()) {
@@ -86,7 +93,7 @@ impl RowWriter {
                 }
                 out.push(0);
                 if !value.is_none() {
-                    toast.call1((field.name.bind(py),))?;
+                    toast(field.name.bind(py))?;
                 }
                 continue;
             }
@@ -96,9 +103,9 @@ impl RowWriter {
             }
             let done = if let Ok(s) = value.cast_exact::<PyString>() {
                 // a str with lone surrogates has no UTF-8 form: the reference raises for it
-                s.to_str().is_ok_and(|s| convert::text(field.kind, s, &mut out))
+                s.to_str().is_ok_and(|s| convert::text(field.kind, s, out))
             } else if let Ok(b) = value.cast_exact::<PyBytes>() {
-                convert::binary(field.kind, b.as_bytes(), &mut out)
+                convert::binary(field.kind, b.as_bytes(), out)
             } else {
                 false
             };
@@ -108,6 +115,6 @@ impl RowWriter {
                 out.extend_from_slice(written.cast_exact::<PyBytes>()?.as_bytes());
             }
         }
-        Ok(out)
+        Ok(())
     }
 }

@@ -16,17 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cdcd.native
-from cdcd.avro import EnvelopeEncoder, SourceInfo, build_schemas
+from cdcd.avro import EnvelopeEncoder, build_schemas
 from cdcd.avro.encoder import native_kind
 from cdcd.avro.types import type_mapping
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Column, Relation, Row, Type, Value
-from tests.unit.test_avro_encoder import ALL_TYPES, ENUM_OID, SCALARS, Case, ColType, cases, draw_row
+from tests.unit.test_avro_encoder import ALL_TYPES, ENUM_OID, SCALARS, SOURCES, TXS, Case, ColType, cases, draw_row
 from tests.unit.test_decoder_properties import CAPTURED, State, mutate
 
 SETTINGS = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TYPES = {ENUM_OID: Type(ENUM_OID, "public", "mood")}
-SOURCE = SourceInfo("0.1.0", "db", 1_700_000_000_000_000, tx_id=7, commit_lsn=9, last_commit_lsn=3)
 
 
 def test_native_module_is_built_and_chosen_by_cdcd_impl() -> None:
@@ -124,14 +123,27 @@ def test_each_type_equals_the_python_reference(coltype: ColType, data: st.DataOb
     assert outcome(compiled._key_row, (value,), False) == outcome(reference._key_row, (value,), False)
 
 
+def raised_or_returned(call: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        return "returned", call(*args)
+    except Exception as exc:
+        return "raised", f"{type(exc).__name__}: {exc}"
+
+
+LONGS = st.none() | st.integers(-(2**63), 2**63 - 1) | st.sampled_from([2**63, -(2**63) - 1])
+
+
 @SETTINGS
-@given(data=st.data(), case=cases())
-def test_envelope_and_key_bytes_equal_the_python_reference(data: st.DataObject, case: Case) -> None:
+@given(data=st.data(), case=cases(), op=st.sampled_from(["c", "u", "d", "r", "t", "x"]))
+def test_envelope_and_key_bytes_equal_the_python_reference(data: st.DataObject, case: Case, op: str) -> None:
     compiled, reference = writers(case)
-    row = draw_row(data.draw, case, toast=False).row
-    assert compiled.encode_value("c", None, row, SOURCE, 1, 2) == reference.encode_value("c", None, row, SOURCE, 1, 2)
-    if reference.schemas.key_columns and all(row[c.index] is not None for c in reference.schemas.key_columns):
-        assert compiled.encode_key(row) == reference.encode_key(row)
+    before = data.draw(st.none() | st.just(draw_row(data.draw, case, toast=data.draw(st.booleans())).row))
+    after = data.draw(st.none() | st.just(draw_row(data.draw, case, toast=True).row))
+    args = (op, before, after, data.draw(SOURCES), data.draw(LONGS), data.draw(LONGS), data.draw(TXS))
+    assert raised_or_returned(compiled.encode_value, *args) == raised_or_returned(reference.encode_value, *args)
+    for row in (before, after):
+        if row is not None:
+            assert raised_or_returned(compiled.encode_key, row) == raised_or_returned(reference.encode_key, row)
 
 
 def test_row_of_the_wrong_length_or_a_null_key_is_refused_by_both() -> None:
