@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from cdcd.native import native
+from cdcd.native import native as _native
 from cdcd.pgoutput.errors import DecodeError
 from cdcd.pgoutput.messages import (
     UNCHANGED_TOAST,
@@ -191,9 +191,9 @@ TupleReader = Callable[[bytes, int, str, str], tuple[Row, int]]
 
 def _native_tuple_reader() -> TupleReader | None:
     """The compiled ``read_tuple`` (UTF-8 only); what it cannot read, the Python one reads or names."""
-    if native is None:
+    if _native is None:
         return None
-    fast = native.read_tuple
+    fast = _native.read_tuple
 
     def read(buf: bytes, pos: int, name: str, encoding: str) -> tuple[Row, int]:
         got: tuple[Row, int] | None = fast(buf, pos)
@@ -220,6 +220,7 @@ class Decoder:
         utf8 = encoding.replace("-", "").replace("_", "").lower() == "utf8"
         fast = _NATIVE_READ_TUPLE if native and utf8 else None
         self._read_tuple: TupleReader = fast or read_tuple
+        self._read_change = _native.read_change if fast and _native else None
         self._handlers: dict[int, Callable[[_Reader, bytes, int], Message]] = {
             ord("B"): self._begin,
             ord("C"): self._commit,
@@ -244,6 +245,10 @@ class Decoder:
         if not data:
             raise DecodeError("(empty)", 0, "empty message")
         kind = data[0]
+        if (kind == 73 or kind == 85 or kind == 68) and self._read_change is not None:  # noqa: PLR1714 - fastest
+            change: RowChange | None = self._read_change(data, wal_lsn, self.in_stream, self.relations, RowChange)
+            if change is not None:
+                return change  # else the Python decoder names the problem
         if kind == 73:  # 'I'
             return self._row_change("insert", data, wal_lsn)
         if kind == 85:  # 'U'

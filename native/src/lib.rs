@@ -3,7 +3,7 @@
 //!
 //! * `read_tuple(buf, pos)`: pgoutput TupleData (UTF-8 server encoding) to a row tuple, as
 //!   `cdcd.pgoutput.decoder.read_tuple` returns it; `None` for anything malformed (the Python decoder then
-//!   raises its typed `DecodeError`, with the offset).
+//!   raises its typed `DecodeError`, with the offset); `read_change`, a whole Insert, Update or Delete.
 //! * `RowWriter`: a compiled row record of `cdcd.avro.encoder`: row tuple in, Avro bytes out.
 //! * `Envelope`: a table's `encode_value` and `encode_key` (`cdcd.avro.encoder.EnvelopeEncoder`).
 
@@ -18,6 +18,7 @@ mod tuple;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tuple::read_tuple, m)?)?;
+    m.add_function(wrap_pyfunction!(tuple::read_change, m)?)?;
     m.add_class::<row::RowWriter>()?;
     m.add_class::<envelope::Envelope>()?;
     Ok(())

@@ -2,7 +2,8 @@
 //! `Ellipsis` for an unchanged TOAST value.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+use pyo3::{intern, BoundObject};
 
 /// The row at `pos` and the offset after it, or `None` when the bytes are not a well-formed TupleData with
 /// UTF-8 text values (the caller's reference decoder then names the problem).
@@ -50,4 +51,75 @@ fn parse<'py>(py: Python<'py>, data: &[u8], pos: usize, values: &mut Vec<Bound<'
         }
     }
     Some(pos)
+}
+
+/// An Insert, Update or Delete message decoded as `cdcd.pgoutput.decoder.Decoder` decodes it: ``row_change``
+/// (the RowChange class) called with its fields, or `None` when the message is not well-formed, names an
+/// unknown relation or has tuples of the wrong width (the Python decoder then raises its `DecodeError`).
+#[pyfunction]
+pub fn read_change<'py>(
+    py: Python<'py>,
+    buf: &Bound<'py, PyBytes>,
+    wal_lsn: &Bound<'py, PyAny>,
+    in_stream: bool,
+    relations: &Bound<'py, PyDict>,
+    row_change: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let data = buf.as_bytes();
+    let u32_at = |at: usize| u32::from_be_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
+    let op = match data.first() {
+        Some(b'I') => intern!(py, "insert"),
+        Some(b'U') => intern!(py, "update"),
+        Some(b'D') => intern!(py, "delete"),
+        _ => return Ok(None),
+    };
+    let (xid, relation_id, mut pos) = match (in_stream, data.len()) {
+        (true, 10..) => (Some(u32_at(1)), u32_at(5), 9),
+        (false, 6..) => (None, u32_at(1), 5),
+        _ => return Ok(None),
+    };
+    let Some(relation) = relations.get_item(relation_id)? else {
+        return Ok(None);
+    };
+    let width = relation.getattr(intern!(py, "columns"))?.len()?;
+    let kind = data[0];
+    let row = |pos: usize| -> Option<(Bound<'py, PyTuple>, usize)> {
+        let mut values = Vec::new();
+        let end = parse(py, data, pos, &mut values)?;
+        (values.len() == width).then(|| PyTuple::new(py, values).ok().map(|t| (t, end)))?
+    };
+    let mut part = data[pos];
+    let mut old = None;
+    let mut old_is_key = false;
+    if kind != b'I' && (part == b'K' || part == b'O') {
+        old_is_key = part == b'K';
+        let Some((tuple, end)) = row(pos + 1) else {
+            return Ok(None);
+        };
+        old = Some(tuple);
+        pos = end;
+        if kind == b'U' {
+            let Some(&next) = data.get(pos) else { return Ok(None) };
+            part = next;
+        }
+    }
+    let mut new = None;
+    if kind == b'D' {
+        if old.is_none() {
+            return Ok(None);
+        }
+    } else if part == b'N' {
+        let Some((tuple, end)) = row(pos + 1) else {
+            return Ok(None);
+        };
+        new = Some(tuple);
+        pos = end;
+    } else {
+        return Ok(None);
+    }
+    if pos != data.len() {
+        return Ok(None);
+    }
+    let args = (op, relation, old, new, old_is_key, xid, wal_lsn, data.len());
+    Ok(Some(row_change.call1(args)?.into_bound()))
 }
