@@ -36,9 +36,8 @@ from cdcd.avro.metadata import (
     MESSAGE_KEY,
     TRANSACTION_KEY,
     TRANSACTION_VALUE,
-    TransactionEvent,
     encode_message,
-    encode_transaction,
+    encode_transaction_fields,
     message_value_schema,
 )
 from cdcd.batches import SnapshotBatch, Transaction
@@ -151,7 +150,7 @@ class EventShaper:
         # Like Debezium, no BEGIN/END for a transaction without events (PostgreSQL 14 sends those; 15+ skips them).
         metadata = self.transaction_topic and txn.change_count > 0
         if metadata:
-            emit(*self._transaction_event(TransactionEvent("BEGIN", order.id, now_us // 1000)))
+            emit(*self._transaction_event("BEGIN", order.id, now_us // 1000, None, None))
         plans, relation, plan, wire = self.plans, None, None, None
         row = self._row
         for change in changes:
@@ -171,7 +170,7 @@ class EventShaper:
                 emit(*self._message(change, source, now_us))
         if metadata:
             counts = tuple(sorted(order.counts.items()))
-            emit(*self._transaction_event(TransactionEvent("END", order.id, now_us // 1000, order.total, counts)))
+            emit(*self._transaction_event("END", order.id, now_us // 1000, order.total, counts))
         self._last_commit_lsn = txn.commit_lsn
 
     def message(self, message: LogicalMessage, emit: Emit) -> None:
@@ -275,9 +274,11 @@ class EventShaper:
         key_header, value_header = self._fixed_headers(topic, MESSAGE_KEY, message_value_schema())
         return topic, key_header + key, value_header + value, None
 
-    def _transaction_event(self, event: TransactionEvent) -> Record:
+    def _transaction_event(
+        self, status: str, txn_id: str, ts_ms: int, count: int | None, collections: tuple[tuple[str, int], ...] | None
+    ) -> Record:
         topic = f"{self.prefix}.transaction"
-        key, value = encode_transaction(event)
+        key, value = encode_transaction_fields(status, txn_id, ts_ms, count, collections)
         key_header, value_header = self._fixed_headers(topic, TRANSACTION_KEY, TRANSACTION_VALUE)
         return topic, key_header + key, value_header + value, None
 

@@ -143,17 +143,28 @@ class TransactionEvent:
 def encode_transaction(event: TransactionEvent) -> tuple[bytes, bytes]:
     """Key and value of a transaction metadata event: two per transaction, so written by hand with the
     encoder's primitives (byte-identical to fastavro, tests/unit/test_avro_metadata.py)."""
-    key = write_string(event.id)
-    count = b"\x00" if event.event_count is None else b"\x02" + write_long(event.event_count)
-    if event.data_collections is None:
+    return encode_transaction_fields(event.status, event.id, event.ts_ms, event.event_count, event.data_collections)
+
+
+_BEGIN = write_string("BEGIN")
+_END = write_string("END")
+
+
+def encode_transaction_fields(
+    status: str, txn_id: str, ts_ms: int, event_count: int | None, data_collections: tuple[tuple[str, int], ...] | None
+) -> tuple[bytes, bytes]:
+    """``encode_transaction`` of the event's fields (no event object on the per-transaction path)."""
+    key = write_string(txn_id)
+    count = b"\x00" if event_count is None else b"\x02" + write_long(event_count)
+    if data_collections is None:
         collections = b"\x00"
-    elif not event.data_collections:
+    elif not data_collections:
         collections = b"\x02\x00"  # union branch 1, an empty array
     else:
-        items = b"".join(write_string(name) + write_long(n) for name, n in event.data_collections)
-        collections = b"\x02" + write_long(len(event.data_collections)) + items + b"\x00"
-    value = write_string(event.status) + key + count + collections + write_long(event.ts_ms)
-    return key, value
+        items = b"".join(write_string(name) + write_long(n) for name, n in data_collections)
+        collections = b"\x02" + write_long(len(data_collections)) + items + b"\x00"
+    head = _BEGIN if status == "BEGIN" else _END if status == "END" else write_string(status)
+    return key, head + key + count + collections + write_long(ts_ms)
 
 
 def encode_transaction_reference(event: TransactionEvent) -> tuple[bytes, bytes]:

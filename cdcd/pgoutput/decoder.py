@@ -46,6 +46,8 @@ _U32 = struct.Struct(">I").unpack_from
 _U64 = struct.Struct(">Q").unpack_from
 _I64 = struct.Struct(">q").unpack_from
 _U32_U32 = struct.Struct(">II").unpack_from
+_BEGIN = struct.Struct(">xQqI")  # final LSN, commit timestamp, Xid
+_COMMIT = struct.Struct(">xBQQq")  # flags, commit LSN, end LSN, commit timestamp
 
 MESSAGE_NAMES = {
     ord("B"): "Begin",
@@ -255,6 +257,11 @@ class Decoder:
             return self._row_change("update", data, wal_lsn)
         if kind == 68:  # 'D'
             return self._row_change("delete", data, wal_lsn)
+        # Begin and Commit of a well-formed length in one unpack (one of each per transaction); others via _Reader.
+        if kind == 66 and len(data) == _BEGIN.size:  # 'B'
+            return Begin(*_BEGIN.unpack(data))
+        if kind == 67 and len(data) == _COMMIT.size:  # 'C'
+            return Commit(*_COMMIT.unpack(data))
         handler = self._handlers.get(kind)
         if handler is None:
             raise DecodeError(f"unknown type {kind:#04x}", 0, f"unknown message type byte {chr(kind)!r}")
