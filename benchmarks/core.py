@@ -9,9 +9,14 @@ the median, as rows/s and µs/row:
 * ``  ...spilling``     the same with a small memory limit (``--spill-limit``): spilled bytes and MiB/s
 * ``replay spill``      iterating the spilled transaction's changes back (marshal from the spill file)
 * ``jsonl sink``        ``JsonLinesSink.write_transaction`` of an assembled transaction to /dev/null
-* ``full path``         XLogData frames through ``Pipeline._handle`` (header parse, decode, assemble with
+* ``full path``         XLogData frames through ``ReplicationCore.frame`` (header parse, decode, assemble with
                         cdcd's default 64 MiB limit, sink to /dev/null): what ``cdcd tail`` does per change,
                         minus the socket
+* ``frame→records``     the same frames through ``ReplicationCore.frame`` and ``EventShaper`` (Debezium rules,
+                        Avro key and envelope, transaction topic on) to a function that counts the Kafka
+                        records: what ``cdcd run`` does per change, minus the socket and the producer
+
+Each stage runs with the compiled row stage (cdcd._native) and with the Python reference alone (``--impl``).
 
 The garbage collector stays on (as in cdcd; ``--no-gc`` turns it off to show its share);
 ``gc.collect()`` runs before each timed repetition.
@@ -21,6 +26,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/core.py                  # 200,000 rows per table, 5 repetitions
     .venv/bin/python benchmarks/core.py --rows 20000 --repeat 3   # quick
     .venv/bin/python benchmarks/core.py --streamed       # changes inside a streamed block (carry an Xid)
+    .venv/bin/python benchmarks/core.py --impl native    # only the compiled row stage
 
 Exits non-zero if any stage produces the wrong number of changes or lines.
 """
@@ -39,12 +45,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+import cdcd.native
 from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Transaction
 from cdcd.config import parse_size
 from cdcd.pgoutput import Decoder
+from cdcd.plan import Plans
 from cdcd.progress import Progress
 from cdcd.replication.core import ReplicationCore, Write
+from cdcd.shaping import EventShaper
 from cdcd.sink.jsonl import JsonLinesSink
 
 XID = 7_654_321
@@ -171,6 +180,16 @@ def _expect(what: str, got: int, want: int) -> None:
         raise Failure(f"{what}: got {got}, expected {want}")
 
 
+class NullRegistry:
+    """Schema ids and topics for the shaper, without a registry or Kafka."""
+
+    def schema_id(self, subject: str, schema: object) -> int:
+        return 1
+
+    def ensure_topic(self, topic: str) -> None:
+        return None
+
+
 def assemble(workload: Workload, decoder: Decoder, pool: BufferPool) -> Transaction:
     """Decode and feed every message; return the committed transaction."""
     assembler = Assembler(pool)
@@ -224,20 +243,25 @@ def timed(repeat: int, run: Callable[[], float | None]) -> list[float]:
 class Stages:
     """The timed stages for one workload; each method returns one or more Results."""
 
-    def __init__(self, workload: Workload, repeat: int, spill_dir: Path, devnull: BinaryIO) -> None:
+    def __init__(self, workload: Workload, repeat: int, spill_dir: Path, devnull: BinaryIO, native: bool) -> None:
         self.workload = workload
         self.repeat = repeat
         self.spill_dir = spill_dir
         self.devnull = devnull
+        self.native = native
 
     def result(self, stage: str, times: list[float], extra: str = "") -> Result:
-        return Result(self.workload.label, stage, self.workload.rows, times, extra)
+        label = f"{self.workload.label} {'native' if self.native else 'python'}"
+        return Result(label, stage, self.workload.rows, times, extra)
+
+    def decoder(self) -> Decoder:
+        return Decoder("utf-8", native=self.native)
 
     def decode(self) -> Result:
         workload = self.workload
 
         def run() -> float:
-            decode = Decoder("utf-8").decode
+            decode = self.decoder().decode
             for message in [*workload.head, workload.relation]:
                 decode(message)
             lsn = BASE_LSN
@@ -252,7 +276,7 @@ class Stages:
         def run() -> float:
             pool = BufferPool(HUGE, self.spill_dir)
             start = time.perf_counter()
-            txn = assemble(self.workload, Decoder("utf-8"), pool)
+            txn = assemble(self.workload, self.decoder(), pool)
             elapsed = time.perf_counter() - start
             _expect("bytes spilled with a huge memory limit", pool.spilled_bytes, 0)
             txn.release()
@@ -269,7 +293,7 @@ class Stages:
         def run() -> float:
             pool = BufferPool(limit, self.spill_dir)
             start = time.perf_counter()
-            txn = assemble(self.workload, Decoder("utf-8"), pool)
+            txn = assemble(self.workload, self.decoder(), pool)
             elapsed = time.perf_counter() - start
             spilled.append(pool.spilled_bytes)
             gc.collect()
@@ -290,7 +314,7 @@ class Stages:
 
     def sink(self) -> Result:
         def run() -> float:
-            txn = assemble(self.workload, Decoder("utf-8"), BufferPool(HUGE, self.spill_dir))
+            txn = assemble(self.workload, self.decoder(), BufferPool(HUGE, self.spill_dir))
             sink = JsonLinesSink(self.devnull)
             gc.collect()
             start = time.perf_counter()
@@ -308,7 +332,7 @@ class Stages:
         def run() -> None:
             sink = JsonLinesSink(self.devnull)
             progress = Progress()
-            core = ReplicationCore(Decoder("utf-8"), Assembler(BufferPool(limit, self.spill_dir)), progress)
+            core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), progress)
             frame, write = core.frame, sink.write_transaction
             for data in self.workload.frames:
                 event = frame(data)
@@ -319,10 +343,34 @@ class Stages:
 
         return self.result(f"full path frame→sink ({limit / 2**20:g} MiB limit)", timed(self.repeat, run))
 
+    def records(self, limit: int) -> Result:
+        """What ``cdcd run`` does per frame before the producer: core, Debezium shaping, Avro encoding."""
+        count = [0]
 
-def bench_workload(workload: Workload, repeat: int, spill_limit: int, full_limit: int, spill_dir: Path) -> list[Result]:
+        def emit(topic: str, key: bytes | None, value: bytes | None, headers: object) -> None:
+            count[0] += 1
+
+        def run() -> None:
+            count[0] = 0
+            shaper = EventShaper("bench", NullRegistry(), native=self.native)
+            shaper.start_session("bench", {}, Plans())
+            core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Progress())
+            frame, write = core.frame, shaper.transaction
+            for data in self.workload.frames:
+                event = frame(data)
+                if event.__class__ is Write:
+                    assert isinstance(event, Write)
+                    write(event.transaction, event.changes, emit)
+            _expect("Kafka records (rows + BEGIN + END)", count[0], self.workload.rows + 2)
+
+        return self.result(f"frame→records ({limit / 2**20:g} MiB limit)", timed(self.repeat, run))
+
+
+def bench_workload(  # noqa: PLR0917 - the command line's choices
+    workload: Workload, repeat: int, spill_limit: int, full_limit: int, spill_dir: Path, native: bool
+) -> list[Result]:
     with open("/dev/null", "wb") as devnull:
-        stages = Stages(workload, repeat, spill_dir, devnull)
+        stages = Stages(workload, repeat, spill_dir, devnull, native)
         in_memory = stages.assemble_in_memory()
         return [
             stages.decode(),
@@ -330,6 +378,7 @@ def bench_workload(workload: Workload, repeat: int, spill_limit: int, full_limit
             *stages.assemble_spilling(spill_limit, in_memory),
             stages.sink(),
             stages.full_path(full_limit),
+            stages.records(full_limit),
         ]
 
 
@@ -342,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-limit", default="64MiB", help="memory limit of the full path (default 64MiB)")
     parser.add_argument("--tables", default="4,20", help="which tables: 4, 20 or 4,20 (default)")
     parser.add_argument("--no-gc", action="store_true", help="disable the garbage collector while timing")
+    parser.add_argument("--impl", default="native,python", help="native, python or native,python (default)")
     args = parser.parse_args(argv)
     global GC_ENABLED  # noqa: PLW0603 -- a command-line switch
     GC_ENABLED = not args.no_gc
@@ -352,6 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [t.strip() for t in args.tables.split(",")]
     if not chosen or any(t not in specs for t in chosen):
         parser.error("--tables takes 4, 20 or 4,20")
+    impls = [i.strip() for i in args.impl.split(",")]
+    if not impls or any(i not in ("native", "python") for i in impls):
+        parser.error("--impl takes native, python or native,python")
+    if "native" in impls and cdcd.native.native is None:
+        parser.error(f"cdcd._native is not loaded ({cdcd.native.VARIABLE}={cdcd.native.IMPL}, or not built)")
 
     print(
         f"cdcd core benchmark: python {sys.version.split()[0]}, {args.rows:,} rows per table, "
@@ -370,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"in {time.perf_counter() - started:.1f} s"
             )
             try:
-                results += bench_workload(workload, args.repeat, spill_limit, full_limit, Path(tmp))
+                for impl in impls:
+                    native = impl == "native"
+                    results += bench_workload(workload, args.repeat, spill_limit, full_limit, Path(tmp), native)
             except Failure as exc:
                 print(f"FAILED ({workload.label}): {exc}", file=sys.stderr)
                 return 1
@@ -378,12 +435,12 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
 
     print()
-    header = f"{'table':<7} {'stage':<38} {'best s':>8} {'median s':>9} {'rows/s':>11} {'µs/row':>8}  notes"
+    header = f"{'table':<14} {'stage':<38} {'best s':>8} {'median s':>9} {'rows/s':>11} {'µs/row':>8}  notes"
     print(header)
     print("-" * len(header))
     for r in results:
         print(
-            f"{r.label:<7} {r.stage:<38} {r.best:>8.3f} {r.median:>9.3f} {r.rows / r.best:>11,.0f} "
+            f"{r.label:<14} {r.stage:<38} {r.best:>8.3f} {r.median:>9.3f} {r.rows / r.best:>11,.0f} "
             f"{r.best / r.rows * 1e6:>8.2f}  {r.extra}"
         )
     print("rows/s and µs/row from the best repetition")

@@ -116,7 +116,9 @@ class EventShaper:
         transaction_topic: bool = True,
         tombstones_on_delete: bool = True,
         clock_us: Callable[[], int] = _clock_us,
+        native: bool = True,
     ) -> None:
+        self.native = native  # encode with cdcd._native when loaded (False: the Python reference only)
         self.prefix = prefix
         self.registry = registry
         self.transaction_topic = transaction_topic
@@ -262,7 +264,7 @@ class EventShaper:
         keyless = schemas.key is None or relation.replica_identity == "f"
         key_header = None if keyless else wire_header(self.registry.schema_id(f"{topic}-key", schemas.key))  # type: ignore[arg-type]
         value_header = wire_header(self.registry.schema_id(f"{topic}-value", schemas.envelope))
-        plan.wire = Wire(topic, EnvelopeEncoder(schemas), key_header, value_header)
+        plan.wire = Wire(topic, EnvelopeEncoder(schemas, native=self.native), key_header, value_header)
         return plan.wire
 
     # -- fixed-schema events ---------------------------------------------------------------------------

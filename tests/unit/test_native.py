@@ -9,6 +9,8 @@ compared with the Python decoder on captured and generated messages, whole, trun
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -196,3 +198,13 @@ def test_random_change_bodies(message: tuple[bytes, State], kind: int, body: byt
     relation_ids = [rid for rid, _ in state.relations] or [0]
     head = bytes([kind]) + relation_ids[0].to_bytes(4, "big") + (b"N" if kind == ord("I") else b"")
     same_outcome(state, head + body)
+
+
+def test_fuzz_short_run() -> None:
+    """benchmarks/fuzz.py's own loop on 30,000 mutated captured messages (it runs 1,000,000 by default)."""
+    spec = importlib.util.spec_from_file_location("fuzz", Path(__file__).parents[2] / "benchmarks" / "fuzz.py")
+    assert spec is not None
+    assert spec.loader is not None
+    fuzz = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fuzz)
+    assert fuzz.run(30_000, seed=11) == 0
