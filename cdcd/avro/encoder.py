@@ -225,7 +225,7 @@ _NATIVE_CODES: Final[dict[str, int]] = {
     "timestamp": 15,
     "timestamptz": 16,
 }
-_TEXT_ONLY, _DECIMAL = 9, 17
+_TEXT_ONLY, _DECIMAL, _ARRAY = 9, 17, 18
 _CODECS_BY_NAME: Final = {c.name: c for c in CODECS.values()}
 
 
@@ -237,6 +237,9 @@ def native_kind(mapping: TypeMapping) -> tuple[int, int]:
         same = mapping.from_text is codec.from_text and mapping.from_binary is codec.from_binary
         return (code, 0) if same else (0, 0)
     branch = mapping.branches[0]
+    if mapping.kind == "array" and mapping.element is not None:
+        code, param = native_kind(mapping.element)
+        return (_ARRAY, code | param << 8) if code else (0, 0)
     if mapping.kind == "bytes" and isinstance(branch, dict) and branch.get("logicalType") == "decimal":
         return _DECIMAL, int(branch["scale"])
     if mapping.kind == "string" and mapping.from_text is identity:

@@ -32,6 +32,8 @@ pub enum Kind {
     Timestamp,
     Timestamptz,
     Decimal(u32), // numeric(p, s): the scale
+    /// A one-dimensional array (lower bound 1) of an element kind: `code | param << 8` of the element.
+    Array(u32),
 }
 
 impl Kind {
@@ -55,9 +57,87 @@ impl Kind {
             15 => Kind::Timestamp,
             16 => Kind::Timestamptz,
             17 if param <= 1000 => Kind::Decimal(param),
+            18 if Kind::from_code(param & 0xff, param >> 8).is_some_and(|k| !matches!(k, Kind::Array(_))) => {
+                Kind::Array(param)
+            }
             _ => return None,
         })
     }
+
+    fn element(param: u32) -> Kind {
+        Kind::from_code(param & 0xff, param >> 8).unwrap_or(Kind::Python)
+    }
+}
+
+/// The Avro array of a text array literal `{a,b,NULL}` whose elements need no quoting (no quotes,
+/// backslashes or braces: PostgreSQL quotes those), every element converted here; the union branch is written
+/// by the caller. `None` for anything else (quoted elements, other dimensions or bounds: the reference).
+fn text_array(element: Kind, b: &[u8], out: &mut Vec<u8>) -> bool {
+    let Some(inner) = b.strip_prefix(b"{").and_then(|r| r.strip_suffix(b"}")) else {
+        return false;
+    };
+    if inner.is_empty() {
+        out.push(0);
+        return true;
+    }
+    if inner.iter().any(|c| matches!(c, b'"' | b'\\' | b'{' | b'}')) {
+        return false;
+    }
+    let Ok(inner) = std::str::from_utf8(inner) else {
+        return false;
+    };
+    avro::long(out, inner.split(',').count() as i64);
+    for item in inner.split(',') {
+        if item == "NULL" {
+            out.push(0);
+        } else {
+            out.push(2);
+            if !text(element, item, out) {
+                return false;
+            }
+        }
+    }
+    out.push(0);
+    true
+}
+
+/// The Avro array of array_send's form: one dimension with lower bound 1, or none (empty).
+fn binary_array(element: Kind, b: &[u8], out: &mut Vec<u8>) -> bool {
+    let i32_at = |at: usize| b.get(at..at + 4).map(|x| i32::from_be_bytes([x[0], x[1], x[2], x[3]]));
+    match i32_at(0) {
+        Some(0) if b.len() >= 12 => {
+            out.push(0);
+            return true;
+        }
+        Some(1) => {}
+        _ => return false,
+    }
+    let (Some(size), Some(1)) = (i32_at(12), i32_at(16)) else {
+        return false;
+    };
+    let Ok(size) = usize::try_from(size) else { return false };
+    if size > 0 {
+        avro::long(out, size as i64);
+    }
+    let mut pos = 20;
+    for _ in 0..size {
+        let Some(n) = i32_at(pos) else { return false };
+        pos += 4;
+        if n < 0 {
+            out.push(0);
+            continue;
+        }
+        let Some(value) = b.get(pos..pos + n as usize) else {
+            return false;
+        };
+        pos += n as usize;
+        out.push(2);
+        if !binary(element, value, out) {
+            return false;
+        }
+    }
+    out.push(0);
+    pos == b.len()
 }
 
 /// Append the Avro datum of a text-form value; false when the reference must do it.
@@ -109,6 +189,7 @@ pub fn text(kind: Kind, s: &str, out: &mut Vec<u8>) -> bool {
             Some(n) => avro::decimal(out, n),
             None => return false,
         },
+        Kind::Array(param) => return text_array(Kind::element(param), b, out),
     }
     true
 }
@@ -186,6 +267,7 @@ pub fn binary(kind: Kind, b: &[u8], out: &mut Vec<u8>) -> bool {
             }
             Err(_) => return false,
         },
+        Kind::Array(param) => return binary_array(Kind::element(param), b, out),
         Kind::Python | Kind::TextOnly | Kind::Decimal(_) => return false,
     }
     true

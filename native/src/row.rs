@@ -100,6 +100,8 @@ impl RowWriter {
             let mark = out.len();
             if self.nullable {
                 out.push(2);
+            } else if matches!(field.kind, Kind::Array(_)) {
+                out.push(0); // the array branch of a Key's [array, string]
             }
             let done = if let Ok(s) = value.cast_exact::<PyString>() {
                 // a str with lone surrogates has no UTF-8 form: the reference raises for it

@@ -46,6 +46,8 @@ def test_every_scalar_but_interval_has_a_compiled_conversion() -> None:
     assert {name for name, kind in compiled.items() if kind == (0, 0)} == {"interval"}
     assert compiled["numeric(12,2)"] == (17, 2)
     assert compiled["mood (enum)"] == compiled["point (unknown)"] == (9, 0)
+    assert native_kind(type_mapping(1231, ((12 << 16) | 2) + 4)) == (18, 17 | 2 << 8)  # numeric(12,2)[]
+    assert native_kind(type_mapping(1187)) == (0, 0)  # interval[]
 
 
 # -- row writer -------------------------------------------------------------------------------------------------
