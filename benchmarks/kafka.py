@@ -22,6 +22,9 @@ Then, one after the other (they would compete for the two cores otherwise), per 
   per transaction with a published row; exit 1 if not), cdcd gets SIGTERM (it must exit 0) and its topics and
   registry subjects are deleted.
 
+``txpy`` and ``notxpy`` (not run by default) are ``tx`` and ``notx`` with ``CDCD_IMPL=python``: the
+Python reference alone, without the compiled row stage (cdcd._native), for a same-invocation comparison.
+
 Row-filter variants (not run by default), each the ``tx`` configuration plus a 3-clause row filter on the
 bench table in cdcd's config (``source.publications: [{name: bench_pub, tables: [{name: public.bench, where:
 ...}], publish: [insert]}]``; ``publish: [insert]`` because a publication that publishes UPDATE or DELETE may
@@ -124,11 +127,14 @@ FILTER_HALF = "id >= 0 AND v IS NOT NULL AND n < 500"
 class Variant:
     transaction_topic: bool  # kafka.transaction_topic
     where: str | None = None  # row filter on the bench table, in a publication of cdcd's config (publish: insert)
+    impl: str | None = None  # CDCD_IMPL of the run (None: cdcd's default, the compiled row stage when built)
 
 
 VARIANTS = {
     "tx": Variant(True),
     "notx": Variant(False),
+    "txpy": Variant(True, impl="python"),
+    "notxpy": Variant(False, impl="python"),
     "filter": Variant(True, FILTER_ALL),
     "filter50": Variant(True, FILTER_HALF),
 }
@@ -354,6 +360,9 @@ class KafkaBench(Bench):
         if where is not None:
             _set_filter(cmd, where)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+        impl = VARIANTS[variant].impl
+        if impl is not None:
+            env["CDCD_IMPL"] = impl
         log = self.workdir / f"{slot}.log"
         broker_before = _cpu_s(self.broker_pid) if self.broker_pid else None
         start = time.perf_counter()
