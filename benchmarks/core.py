@@ -40,7 +40,7 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -50,6 +50,7 @@ from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Transaction
 from cdcd.config import parse_size
 from cdcd.pgoutput import Decoder
+from cdcd.pgoutput.messages import Change
 from cdcd.plan import Plans
 from cdcd.progress import Progress
 from cdcd.replication.core import ReplicationCore, Write
@@ -325,6 +326,16 @@ class Stages:
 
         return self.result("jsonl sink (/dev/null)", timed(self.repeat, run))
 
+    def drive(self, limit: int, write: Callable[[Transaction, Iterator[Change]], None]) -> None:
+        """Every frame through ``ReplicationCore.frame``; each ``Write`` event to ``write``."""
+        core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Progress())
+        frame = core.frame
+        for data in self.workload.frames:
+            event = frame(data)
+            if event.__class__ is Write:
+                assert isinstance(event, Write)
+                write(event.transaction, event.changes)
+
     def full_path(self, limit: int) -> Result:
         """The per-frame work of the replication loop: ``ReplicationCore.frame`` on every frame, its ``Write``
         events handed to the sink."""
@@ -332,13 +343,7 @@ class Stages:
         def run() -> None:
             sink = JsonLinesSink(self.devnull)
             progress = Progress()
-            core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), progress)
-            frame, write = core.frame, sink.write_transaction
-            for data in self.workload.frames:
-                event = frame(data)
-                if event.__class__ is Write:
-                    assert isinstance(event, Write)
-                    write(event.transaction, event.changes, progress)
+            self.drive(limit, lambda txn, changes: sink.write_transaction(txn, changes, progress))
             _expect("lines written", sink.rows_written, self.workload.rows)
 
         return self.result(f"full path frame→sink ({limit / 2**20:g} MiB limit)", timed(self.repeat, run))
@@ -354,13 +359,7 @@ class Stages:
             count[0] = 0
             shaper = EventShaper("bench", NullRegistry(), native=self.native)
             shaper.start_session("bench", {}, Plans())
-            core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Progress())
-            frame, write = core.frame, shaper.transaction
-            for data in self.workload.frames:
-                event = frame(data)
-                if event.__class__ is Write:
-                    assert isinstance(event, Write)
-                    write(event.transaction, event.changes, emit)
+            self.drive(limit, lambda txn, changes: shaper.transaction(txn, changes, emit))
             _expect("Kafka records (rows + BEGIN + END)", count[0], self.workload.rows + 2)
 
         return self.result(f"frame→records ({limit / 2**20:g} MiB limit)", timed(self.repeat, run))
