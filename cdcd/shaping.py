@@ -55,6 +55,7 @@ Headers = list[tuple[str, str | bytes | None]]
 Record = tuple[str, bytes | None, bytes | None, Headers | None]  # topic, key, value, headers
 Emit = Callable[[str, bytes | None, bytes | None, Headers | None], None]  # takes a record
 
+_RUN = 512  # changes per call of the compiled shaper: bounds the list of changes held at once
 _TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._-]")
 _WIRE_HEADER = struct.Struct(">bI")  # Confluent wire format: magic byte 0, schema id
 
@@ -155,21 +156,34 @@ class EventShaper:
             emit(*self._transaction_event("BEGIN", order.id, now_us // 1000, None, None))
         plans, relation, plan, wire = self.plans, None, None, None
         row = self._row
+        run: list[RowChange] = []  # a run of one table's changes, for the compiled shaper (wire.encoder.rows)
         for change in changes:
             if change.__class__ is RowChange:
                 assert isinstance(change, RowChange)
                 if change.relation is not relation:  # most transactions change one table many times
+                    if run:
+                        self._run(run, plan, wire, source, order, now_us, emit)  # type: ignore[arg-type]
                     relation = change.relation
                     plan = plans.get(relation)
                     wire = plan.wire or self.wire(plan)
                 assert plan is not None
                 assert wire is not None
-                row(change, plan, wire, source, order, now_us, emit)
-            elif isinstance(change, Truncate):
+                if wire.encoder.rows is None:
+                    row(change, plan, wire, source, order, now_us, emit)
+                else:
+                    run.append(change)
+                    if len(run) >= _RUN:
+                        self._run(run, plan, wire, source, order, now_us, emit)
+                continue
+            if run:
+                self._run(run, plan, wire, source, order, now_us, emit)  # type: ignore[arg-type]
+            if isinstance(change, Truncate):
                 self._truncate(change, source, order, now_us, emit)
             else:
                 assert isinstance(change, LogicalMessage)
                 emit(*self._message(change, source, now_us))
+        if run:
+            self._run(run, plan, wire, source, order, now_us, emit)  # type: ignore[arg-type]
         if metadata:
             counts = tuple(sorted(order.counts.items()))
             emit(*self._transaction_event("END", order.id, now_us // 1000, order.total, counts))
@@ -223,6 +237,35 @@ class EventShaper:
         key_row = new if new is not None else old
         key = None if wire.key_header is None or key_row is None else _key(wire, key_row)
         self._event(plan, wire, op, key, old, new, source, lsn, order, now_us, emit, None)
+
+    def _run(  # noqa: PLR0917 - as _row, for a run of changes
+        self,
+        run: list[RowChange],
+        plan: RelationPlan,
+        wire: Wire,
+        source: SourceInfo,
+        order: Order,
+        now_us: int,
+        emit: Emit,
+    ) -> None:
+        """Shape and emit a run of one table's changes with the compiled shaper, which leaves the changes it does
+        not do (key changes, values it refuses) to ``_row``; then empty ``run``."""
+        rows = wire.encoder.rows
+        assert rows is not None
+        topic, start = wire.topic, 0
+        while start < len(run):
+            total, dco = order.total, order.counts[topic]
+            args = (source, now_us, order.id, total, dco, topic, wire.key_header, wire.value_header)
+            stop, counts = rows(run, start, *args, plan.key_positions, self.tombstones, emit)
+            made = sum(counts)
+            order.total, order.counts[topic] = total + made, dco + made
+            for op, count in zip("cud", counts, strict=True):
+                if count:
+                    self.events[plan.table, op] += count
+            if stop < len(run):
+                self._row(run[stop], plan, wire, source, order, now_us, emit)
+            start = stop + 1
+        run.clear()
 
     def _event(  # noqa: PLR0917 - one event's every part
         self,

@@ -344,6 +344,8 @@ class EnvelopeEncoder:
         self._schema_table = write_string(rel.schema or "pg_catalog") + write_string(rel.name)
         self.encode_value: EncodeValue = self._make_encode_value()
         self.encode_key: Callable[[Row], bytes] = self._encode_key
+        # cdcd._native's ``Envelope.rows``: a run of one table's changes shaped and emitted in one call (shaping)
+        self.rows: Callable[..., tuple[int, tuple[int, int, int]]] | None = None
         if native and _native is not None:
             self._use_native()
 
@@ -356,6 +358,7 @@ class EnvelopeEncoder:
         envelope = _native.Envelope(self._value_row, self._key_row, *constants, self.encode_value, self._encode_key)
         self.encode_value = envelope.encode_value
         self.encode_key = envelope.encode_key
+        self.rows = envelope.rows
 
     # The hot path is a closure over locals (no attribute lookups per event).
     def _make_encode_value(self) -> EncodeValue:  # noqa: PLR0915 - one closure on purpose: the hot path

@@ -2,8 +2,9 @@
 //! rows through the table's `RowWriter`, the transaction-wide `source` fields encoded once per `SourceInfo`.
 
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::avro;
 use crate::row::RowWriter;
@@ -95,16 +96,16 @@ impl Envelope {
                     Some(r.cast_exact::<PyTuple>()?.clone())
                 })
             };
-            self.encode(
-                py,
-                op,
-                row(&before)?,
-                row(&after)?,
-                &source,
-                lsn.extract()?,
-                ts_us.extract()?,
-                &transaction,
-            )
+            let block = match &transaction {
+                None => None,
+                Some(t) => Some(transaction_block(t)?),
+            };
+            let block = match &block {
+                None => None,
+                Some((id, total, dco)) => Some((id.to_str()?, *total, *dco)),
+            };
+            let (lsn, ts_us) = (lsn.extract()?, ts_us.extract()?);
+            self.encode(py, op, row(&before)?, row(&after)?, &source, lsn, ts_us, block)
         })();
         match compiled {
             Ok(bytes) => Ok(bytes.into_any()),
@@ -113,6 +114,77 @@ impl Envelope {
                 .bind(py)
                 .call1((op, before, after, source, lsn, ts_us, transaction)),
         }
+    }
+
+    /// The records of ``changes[start:]`` (RowChanges of this table, in order) handed to ``emit(topic, key,
+    /// value, headers)`` as `cdcd.shaping.EventShaper` makes them: the key (with ``key_header``; none when
+    /// it is None), the envelope (with ``value_header``) and, after a delete, a tombstone when ``tombstones``;
+    /// the transaction block counts on from ``total`` and ``dco``. Stops before a change it leaves to the
+    /// Python shaper (an update that changes the key, a value the compiled code refuses); returns that
+    /// change's index (``len(changes)`` when all were done) and how many c, u and d events it made.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (changes, start, source, ts_us, txn_id, total, dco, topic, key_header, value_header, key_positions, tombstones, emit))]
+    fn rows<'py>(
+        &mut self,
+        py: Python<'py>,
+        changes: &Bound<'py, PyList>,
+        start: usize,
+        source: Bound<'py, PyAny>,
+        ts_us: Option<i64>,
+        txn_id: &str,
+        total: i64,
+        dco: i64,
+        topic: Bound<'py, PyAny>,
+        key_header: Option<&[u8]>,
+        value_header: &[u8],
+        key_positions: Vec<usize>,
+        tombstones: bool,
+        emit: Bound<'py, PyAny>,
+    ) -> PyResult<(usize, [usize; 3])> {
+        let mut counts = [0usize; 3];
+        let mut order = (total, dco);
+        for index in start..changes.len() {
+            let change = changes.get_item(index)?;
+            let kind = change.getattr(intern!(py, "op"))?;
+            let (op, slot) = match kind.cast_exact::<PyString>()?.to_str()? {
+                "insert" => ("c", 0),
+                "update" => ("u", 1),
+                "delete" => ("d", 2),
+                _ => return Ok((index, counts)),
+            };
+            let old = optional_tuple(change.getattr(intern!(py, "old"))?)?;
+            let new = optional_tuple(change.getattr(intern!(py, "new"))?)?;
+            if op == "u" && key_header.is_some() {
+                if let (Some(o), Some(n)) = (&old, &new) {
+                    if change.getattr(intern!(py, "old_is_key"))?.is_truthy()? || differ(o, n, &key_positions)? {
+                        return Ok((index, counts)); // a key change: a delete and a create, by the shaper
+                    }
+                }
+            }
+            let lsn: i64 = change.getattr(intern!(py, "wal_lsn"))?.extract()?;
+            let key = match (key_header, new.as_ref().or(old.as_ref())) {
+                (Some(header), Some(row)) => match self.key_bytes(py, header, row) {
+                    Some(key) => Some(key),
+                    None => return Ok((index, counts)),
+                },
+                _ => None,
+            };
+            let block = Some((txn_id, order.0 + 1, order.1 + 1));
+            let Ok(value) = self.encode(py, op, old, new, &source, Some(lsn), ts_us, block) else {
+                return Ok((index, counts));
+            };
+            order = (order.0 + 1, order.1 + 1);
+            counts[slot] += 1;
+            let mut framed = Vec::with_capacity(value_header.len() + value.as_bytes().len());
+            framed.extend_from_slice(value_header);
+            framed.extend_from_slice(value.as_bytes());
+            let key = key.map(|k| PyBytes::new(py, &k));
+            emit.call1((&topic, &key, PyBytes::new(py, &framed), py.None()))?;
+            if op == "d" && tombstones && key.is_some() {
+                emit.call1((&topic, &key, py.None(), py.None()))?;
+            }
+        }
+        Ok((changes.len(), counts))
     }
 
     /// The Avro binary Key record of a row (the Python encoder's ``encode_key``).
@@ -128,6 +200,17 @@ impl Envelope {
 }
 
 impl Envelope {
+    /// ``header`` and the Key record of ``row``, or None when the compiled code refuses it.
+    fn key_bytes(&self, py: Python<'_>, header: &[u8], row: &Bound<'_, PyTuple>) -> Option<Vec<u8>> {
+        let mut out = header.to_vec();
+        self.key_rows
+            .as_ref()?
+            .get()
+            .write(py, row, &mut out, &mut |_| Ok(()))
+            .ok()?;
+        Some(out)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn encode<'py>(
         &mut self,
@@ -138,7 +221,7 @@ impl Envelope {
         source: &Bound<'py, PyAny>,
         lsn: Option<i64>,
         ts_us: Option<i64>,
-        transaction: &Option<Bound<'py, PyAny>>,
+        transaction: Option<(&str, i64, i64)>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let rows = self.rows.get();
         let mut out = Vec::with_capacity(256);
@@ -204,7 +287,11 @@ impl Envelope {
         }
         match transaction {
             None => out.push(0),
-            Some(t) => self.write_transaction(&mut out, t)?,
+            Some((id, total, dco)) => {
+                self.write_transaction_id(&mut out, id);
+                avro::long(&mut out, total);
+                avro::long(&mut out, dco);
+            }
         }
         if toast_count > 0 {
             avro::long(&mut out, toast_count);
@@ -244,17 +331,40 @@ impl Envelope {
         Ok(())
     }
 
-    fn write_transaction(&mut self, out: &mut Vec<u8>, t: &Bound<'_, PyAny>) -> PyResult<()> {
-        let id = t.getattr("id")?;
-        let id = id.cast_exact::<PyString>()?.to_str()?;
+    fn write_transaction_id(&mut self, out: &mut Vec<u8>, id: &str) {
         if self.txn.as_ref().is_none_or(|(cached, _)| cached != id) {
             let mut b = vec![2];
             avro::bytes(&mut b, id.as_bytes());
             self.txn = Some((id.to_owned(), b));
         }
         out.extend_from_slice(self.txn.as_ref().map_or(&[][..], |(_, b)| b));
-        avro::long(out, t.getattr("total_order")?.extract()?);
-        avro::long(out, t.getattr("data_collection_order")?.extract()?);
-        Ok(())
     }
+}
+
+/// A `TxInfo`'s fields: id, total order, data collection order.
+fn transaction_block<'py>(t: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyString>, i64, i64)> {
+    let id = t.getattr("id")?.cast_exact::<PyString>()?.clone();
+    Ok((
+        id,
+        t.getattr("total_order")?.extract()?,
+        t.getattr("data_collection_order")?.extract()?,
+    ))
+}
+
+fn optional_tuple(value: Bound<'_, PyAny>) -> PyResult<Option<Bound<'_, PyTuple>>> {
+    Ok(if value.is_none() {
+        None
+    } else {
+        Some(value.cast_into_exact::<PyTuple>()?)
+    })
+}
+
+/// Whether two rows differ in any of the given columns (Python's ``!=``).
+fn differ(old: &Bound<'_, PyTuple>, new: &Bound<'_, PyTuple>, positions: &[usize]) -> PyResult<bool> {
+    for &i in positions {
+        if old.get_item(i)?.ne(new.get_item(i)?)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }

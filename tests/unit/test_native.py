@@ -10,6 +10,7 @@ compared with the Python decoder on captured and generated messages, whole, trun
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,11 @@ import cdcd.native
 from cdcd.avro import EnvelopeEncoder, build_schemas
 from cdcd.avro.encoder import native_kind
 from cdcd.avro.types import type_mapping
+from cdcd.batches import Transaction
 from cdcd.pgoutput import DecodeError, Decoder
-from cdcd.pgoutput.messages import Column, Relation, Row, Type, Value
+from cdcd.pgoutput.messages import Change, Column, LogicalMessage, Relation, Row, RowChange, Truncate, Type, Value
+from cdcd.plan import Plans
+from cdcd.shaping import EventShaper
 from tests.unit.test_avro_encoder import ALL_TYPES, ENUM_OID, SCALARS, SOURCES, TXS, Case, ColType, cases, draw_row
 from tests.unit.test_decoder_properties import CAPTURED, State, mutate
 
@@ -210,3 +214,98 @@ def test_fuzz_short_run() -> None:
     fuzz = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fuzz)
     assert fuzz.run(30_000, seed=11) == 0
+
+
+# -- shaping runs of changes ------------------------------------------------------------------------------------
+
+TABLES = [
+    Relation(16_384, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False))),
+    Relation(16_385, "public", "f", "f", (Column("id", 23, -1, True), Column("v", 25, -1, True))),
+    Relation(
+        16_386, "s", "two", "i", (Column("a", 20, -1, True), Column("b", 1184, -1, True), Column("c", 17, -1, False))
+    ),
+    Relation(16_387, "public", "n", "n", (Column("x", 701, -1, False),)),
+]
+# Key values by type, now and then one the column's type refuses (the reference raises: both must stop alike).
+KEYS = {
+    20: st.sampled_from(["1", "2", "3", "-7"] * 8 + ["x"]),
+    23: st.sampled_from(["1", "2", "3", "-7"] * 8 + [""]),
+    25: st.sampled_from(["a", "b", ""]),
+    1184: st.sampled_from(["2024-05-03 12:00:00+00", "2024-05-03 12:00:00.5+02", "infinity"]),
+}
+VALUES = st.none() | st.just(...) | st.sampled_from(["a", "2024-05-03 12:00:00+00", "\\x0aff", "1.5", "NaN"])
+
+
+@st.composite
+def changes(draw: st.DrawFn) -> RowChange:
+    relation = draw(st.sampled_from(TABLES))
+    width = len(relation.columns)
+
+    def row(key_only: bool = False) -> tuple[Value, ...]:
+        return tuple(
+            draw(KEYS[c.type_oid])
+            if c.is_key and relation.replica_identity != "f"
+            else None
+            if key_only
+            else draw(VALUES)
+            for c in relation.columns
+        )
+
+    op = draw(st.sampled_from(["insert", "update", "delete"]))
+    old_kind = draw(st.sampled_from(["none", "key", "full"])) if op != "insert" else "none"
+    if op == "delete" and old_kind == "none":
+        old_kind = "key"
+    old = None if old_kind == "none" else row(key_only=old_kind == "key")
+    new = None if op == "delete" else row()
+    assert old is None or len(old) == width
+    return RowChange(op, relation, old, new, old_kind == "key", None, draw(st.integers(1, 2**40)), 10)  # type: ignore[arg-type]
+
+
+class _Registry:
+    def schema_id(self, subject: str, schema: object) -> int:
+        return len(subject)
+
+    def ensure_topic(self, topic: str) -> None:
+        return None
+
+
+class _Buffer:
+    def __init__(self, items: list[Change]) -> None:
+        self.items, self.count = items, len(items)
+
+    def __iter__(self) -> Iterator[Change]:
+        return iter(self.items)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def shaped(items: list[Change], native: bool, tombstones: bool) -> tuple[str, Any]:
+    shaper = EventShaper(
+        "cdcd", _Registry(), tombstones_on_delete=tombstones, clock_us=lambda: 1_700_000_000_000_000, native=native
+    )
+    shaper.start_session("db", {}, Plans())
+    records: list[Any] = []
+    txn = Transaction(77, 0x500, 0x508, 0, False, _Buffer(items))
+    try:
+        for _ in range(2):  # a second transaction: last_commit_lsn, and caches reused
+            shaper.transaction(txn, iter(items), lambda *record: records.append(record))
+    except Exception as exc:
+        return "raised", (type(exc).__name__, str(exc), records)
+    return "emitted", (records, sorted(shaper.events.items()))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(changes() | st.sampled_from(["truncate", "message"]), max_size=40), st.booleans())
+def test_compiled_shaper_emits_what_the_python_shaper_emits(items: list[Any], tombstones: bool) -> None:
+    """Runs of changes (key changes, refused values, tombstones, every replica identity) between truncates and
+    messages: the same records in the same order, the same transaction orders and the same event counts."""
+    made: list[Change] = []
+    for item in items:
+        if item == "truncate":
+            made.append(Truncate((TABLES[0],), False, False, None, 5))
+        elif item == "message":
+            made.append(LogicalMessage(True, 6, "p", b"m"))
+        else:
+            made.append(item)
+    assert shaped(made, native=True, tombstones=tombstones) == shaped(made, native=False, tombstones=tombstones)
