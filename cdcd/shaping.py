@@ -37,8 +37,8 @@ from cdcd.avro.metadata import (
     TRANSACTION_KEY,
     TRANSACTION_VALUE,
     encode_message,
-    encode_transaction_fields,
     message_value_schema,
+    transaction_fields_encoder,
 )
 from cdcd.batches import SnapshotBatch, Transaction
 from cdcd.lsn import pg_to_unix_us
@@ -120,6 +120,8 @@ class EventShaper:
         native: bool = True,
     ) -> None:
         self.native = native  # encode with cdcd._native when loaded (False: the Python reference only)
+        self._encode_transaction = transaction_fields_encoder(native)
+        self._transaction_topic = f"{prefix}.transaction"
         self.prefix = prefix
         self.registry = registry
         self.transaction_topic = transaction_topic
@@ -322,8 +324,8 @@ class EventShaper:
     def _transaction_event(
         self, status: str, txn_id: str, ts_ms: int, count: int | None, collections: tuple[tuple[str, int], ...] | None
     ) -> Record:
-        topic = f"{self.prefix}.transaction"
-        key, value = encode_transaction_fields(status, txn_id, ts_ms, count, collections)
+        topic = self._transaction_topic
+        key, value = self._encode_transaction(status, txn_id, ts_ms, count, collections)
         key_header, value_header = self._fixed_headers(topic, TRANSACTION_KEY, TRANSACTION_VALUE)
         return topic, key_header + key, value_header + value, None
 

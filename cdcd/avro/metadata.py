@@ -8,6 +8,7 @@ the END's event counts per table. These are a few events per transaction, so fas
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -15,6 +16,7 @@ from fastavro import parse_schema, schemaless_writer
 
 from cdcd.avro.encoder import SourceInfo, sequence, write_long, write_string
 from cdcd.avro.schema import source_schema
+from cdcd.native import native as _native
 from cdcd.pgoutput.messages import LogicalMessage
 
 MESSAGE_KEY: Final[dict[str, Any]] = {
@@ -153,7 +155,8 @@ _END = write_string("END")
 def encode_transaction_fields(
     status: str, txn_id: str, ts_ms: int, event_count: int | None, data_collections: tuple[tuple[str, int], ...] | None
 ) -> tuple[bytes, bytes]:
-    """``encode_transaction`` of the event's fields (no event object on the per-transaction path)."""
+    """``encode_transaction`` of the event's fields (no event object on the per-transaction path). The Python
+    reference of cdcd._native's ``transaction_event``; ``transaction_fields_encoder`` picks one."""
     key = write_string(txn_id)
     count = b"\x00" if event_count is None else b"\x02" + write_long(event_count)
     if data_collections is None:
@@ -165,6 +168,19 @@ def encode_transaction_fields(
         collections = b"\x02" + write_long(len(data_collections)) + items + b"\x00"
     head = _BEGIN if status == "BEGIN" else _END if status == "END" else write_string(status)
     return key, head + key + count + collections + write_long(ts_ms)
+
+
+TransactionFieldsEncoder = Callable[
+    [str, str, int, int | None, tuple[tuple[str, int], ...] | None], tuple[bytes, bytes]
+]
+
+
+def transaction_fields_encoder(native: bool = True) -> TransactionFieldsEncoder:
+    """cdcd._native's ``transaction_event`` when loaded and wanted, else ``encode_transaction_fields``."""
+    if native and _native is not None:
+        fast: TransactionFieldsEncoder = _native.transaction_event
+        return fast
+    return encode_transaction_fields
 
 
 def encode_transaction_reference(event: TransactionEvent) -> tuple[bytes, bytes]:

@@ -368,3 +368,38 @@ fn differ(old: &Bound<'_, PyTuple>, new: &Bound<'_, PyTuple>, positions: &[usize
     }
     Ok(false)
 }
+
+/// Key and value of a BEGIN or END event on the transaction topic (`cdcd.avro.metadata.encode_transaction_fields`).
+#[pyfunction]
+#[pyo3(signature = (status, txn_id, ts_ms, event_count, data_collections))]
+pub fn transaction_event<'py>(
+    py: Python<'py>,
+    status: &str,
+    txn_id: &str,
+    ts_ms: i64,
+    event_count: Option<i64>,
+    data_collections: Option<Vec<(String, i64)>>,
+) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
+    let mut key = Vec::with_capacity(txn_id.len() + 2);
+    avro::bytes(&mut key, txn_id.as_bytes());
+    let mut value = Vec::with_capacity(64);
+    avro::bytes(&mut value, status.as_bytes());
+    value.extend_from_slice(&key);
+    nullable_long(&mut value, event_count);
+    match data_collections {
+        None => value.push(0),
+        Some(items) => {
+            value.push(2);
+            if !items.is_empty() {
+                avro::long(&mut value, items.len() as i64);
+                for (name, count) in &items {
+                    avro::bytes(&mut value, name.as_bytes());
+                    avro::long(&mut value, *count);
+                }
+            }
+            value.push(0);
+        }
+    }
+    avro::long(&mut value, ts_ms);
+    (PyBytes::new(py, &key), PyBytes::new(py, &value))
+}

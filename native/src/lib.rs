@@ -5,7 +5,8 @@
 //!   `cdcd.pgoutput.decoder.read_tuple` returns it; `None` for anything malformed (the Python decoder then
 //!   raises its typed `DecodeError`, with the offset); `read_change`, a whole Insert, Update or Delete.
 //! * `RowWriter`: a compiled row record of `cdcd.avro.encoder`: row tuple in, Avro bytes out.
-//! * `Envelope`: a table's `encode_value` and `encode_key` (`cdcd.avro.encoder.EnvelopeEncoder`).
+//! * `Envelope`: a table's `encode_value` and `encode_key` (`cdcd.avro.encoder.EnvelopeEncoder`), and `rows`, a
+//!   run of its changes shaped and emitted (`cdcd.shaping`); `transaction_event`, a BEGIN or END event.
 
 use pyo3::prelude::*;
 
@@ -21,5 +22,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tuple::read_change, m)?)?;
     m.add_class::<row::RowWriter>()?;
     m.add_class::<envelope::Envelope>()?;
+    m.add_function(wrap_pyfunction!(envelope::transaction_event, m)?)?;
     Ok(())
 }

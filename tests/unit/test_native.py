@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import cdcd.native
 from cdcd.avro import EnvelopeEncoder, build_schemas
 from cdcd.avro.encoder import native_kind
+from cdcd.avro.metadata import transaction_fields_encoder
 from cdcd.avro.types import type_mapping
 from cdcd.batches import Transaction
 from cdcd.pgoutput import DecodeError, Decoder
@@ -309,3 +310,19 @@ def test_compiled_shaper_emits_what_the_python_shaper_emits(items: list[Any], to
         else:
             made.append(item)
     assert shaped(made, native=True, tombstones=tombstones) == shaped(made, native=False, tombstones=tombstones)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["BEGIN", "END", "é"]),
+    st.text(max_size=30),
+    st.integers(-(2**63), 2**63 - 1),
+    st.none() | st.integers(0, 2**40),
+    st.none() | st.lists(st.tuples(st.text(max_size=20), st.integers(0, 2**40)), max_size=4).map(tuple),
+)
+def test_transaction_events_equal_the_python_reference(
+    status: str, txn_id: str, ts_ms: int, count: int | None, collections: tuple[tuple[str, int], ...] | None
+) -> None:
+    compiled, reference = transaction_fields_encoder(native=True), transaction_fields_encoder(native=False)
+    assert compiled is not reference
+    assert compiled(status, txn_id, ts_ms, count, collections) == reference(status, txn_id, ts_ms, count, collections)
