@@ -8,7 +8,9 @@ Undoing that gives the exact strings the stream would carry, so snapshot rows go
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
+from cdcd.native import native as _native
 from cdcd.pgoutput.messages import Row
 
 _ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r", "b": "\b", "f": "\f", "v": "\v"}
@@ -43,3 +45,18 @@ def parse_line(line: str, width: int) -> Row:
     if "\\" not in line:
         return tuple(fields)
     return tuple(map(_field, fields))
+
+
+def row_reader(native: bool = True) -> Callable[[bytes, int], Row]:
+    """``read(data, width)``: the row of one COPY text line as COPY sends it (newline included), by cdcd._native's
+    ``copy_row`` when loaded and wanted; what it leaves (anything unusual), ``parse_line`` reads or refuses."""
+    fast = _native.copy_row if native and _native is not None else None
+
+    def read(data: bytes, width: int) -> Row:
+        if fast is not None:
+            row: Row | None = fast(data, width)
+            if row is not None:
+                return row
+        return parse_line(data[:-1].decode(), width)
+
+    return read

@@ -21,7 +21,7 @@ from cdcd.config import SourceSettings
 from cdcd.filters.expr import FilterError, parse_filter
 from cdcd.pgoutput.messages import Column, Relation, Row, Type
 from cdcd.snapshot import control
-from cdcd.snapshot.copy import parse_line
+from cdcd.snapshot.copy import row_reader
 from cdcd.snapshot.xids import SnapshotXids
 from cdcd.source.catalog import ancestors, describe_table, index_columns
 from cdcd.source.walsender import SourceDisconnected, SourceError, connect
@@ -222,10 +222,10 @@ class SnapshotReader:
 
 def _copy_rows(conn: Conn, table: SnapshotTable, copy_sql: sql.Composed) -> Iterator[Row]:
     """The rows ``COPY ... TO STDOUT`` (text format) writes, in pgoutput's text form."""
-    width = len(table.relation.columns)
+    width, read = len(table.relation.columns), row_reader()
     with conn.cursor().copy(copy_sql) as copy:
         for data in copy:
-            yield parse_line(bytes(data)[:-1].decode(), width)
+            yield read(bytes(data), width)
 
 
 def emit(conn: Conn, prefix: str, content: dict[str, Any]) -> None:

@@ -7,11 +7,13 @@
 //! * `RowWriter`: a compiled row record of `cdcd.avro.encoder`: row tuple in, Avro bytes out.
 //! * `Envelope`: a table's `encode_value` and `encode_key` (`cdcd.avro.encoder.EnvelopeEncoder`), and `rows`, a
 //!   run of its changes shaped and emitted (`cdcd.shaping`); `transaction_event`, a BEGIN or END event.
+//! * `copy_row`: a `COPY ... TO STDOUT` text line to a row (`cdcd.snapshot.copy`), for snapshots.
 
 use pyo3::prelude::*;
 
 mod avro;
 mod convert;
+mod copy;
 mod envelope;
 mod row;
 mod tuple;
@@ -23,5 +25,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<row::RowWriter>()?;
     m.add_class::<envelope::Envelope>()?;
     m.add_function(wrap_pyfunction!(envelope::transaction_event, m)?)?;
+    m.add_function(wrap_pyfunction!(copy::copy_row, m)?)?;
     Ok(())
 }

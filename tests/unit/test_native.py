@@ -28,6 +28,7 @@ from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Change, Column, LogicalMessage, Relation, Row, RowChange, Truncate, Type, Value
 from cdcd.plan import Plans
 from cdcd.shaping import EventShaper
+from cdcd.snapshot.copy import row_reader
 from tests.unit.test_avro_encoder import ALL_TYPES, ENUM_OID, SCALARS, SOURCES, TXS, Case, ColType, cases, draw_row
 from tests.unit.test_decoder_properties import CAPTURED, State, mutate
 
@@ -326,3 +327,21 @@ def test_transaction_events_equal_the_python_reference(
     compiled, reference = transaction_fields_encoder(native=True), transaction_fields_encoder(native=False)
     assert compiled is not reference
     assert compiled(status, txn_id, ts_ms, count, collections) == reference(status, txn_id, ts_ms, count, collections)
+
+
+# -- COPY text lines (snapshots) --------------------------------------------------------------------------------
+
+FIELD_BYTES = st.sampled_from(
+    [b"a", b"\\N", b"\\\\", b"\\x", b"\\", b"\xc3\xa9", b"\xff", b"N", b"\t", b"\\\xc3\xa9"]
+    + [b"\\" + bytes([c]) for c in b"tnrbfv"]
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.lists(FIELD_BYTES, max_size=4).map(b"".join), min_size=1, max_size=5), st.integers(1, 5))
+def test_copy_lines_read_as_the_python_reference_reads_them(fields: list[bytes], width: int) -> None:
+    """Escapes COPY writes and ones it does not, NULLs, tabs, invalid UTF-8, the wrong number of fields."""
+    data = b"\t".join(fields) + b"\n"
+    assert raised_or_returned(row_reader(native=True), data, width) == raised_or_returned(
+        row_reader(native=False), data, width
+    )
