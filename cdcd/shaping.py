@@ -206,12 +206,20 @@ class EventShaper:
         source = SourceInfo(
             version=__version__, db=self.database, ts_us=batch.ts_us, snapshot=batch.marker, commit_lsn=lsn
         )
-        for i, row in enumerate(batch.rows):
+        rows, compiled = batch.rows, wire.encoder.snapshot_rows
+        i = 0
+        while i < len(rows):
+            if compiled is not None and batch.row_marker(i) == batch.marker:  # the ends of a snapshot differ
+                stop = len(rows) - 1 if batch.last else len(rows)
+                i = compiled(rows, i, stop, source, lsn, now_us, topic, key_header, value_header, emit)
+                if i == len(rows):
+                    break
             marker = batch.row_marker(i)
             marked = source if marker == batch.marker else replace(source, snapshot=marker)
-            key = None if key_header is None else key_header + encode_key(row)
-            emit(topic, key, value_header + encode("r", None, row, marked, lsn, now_us), None)
-        self.events[plan.table, "r"] += len(batch.rows)
+            key = None if key_header is None else key_header + encode_key(rows[i])
+            emit(topic, key, value_header + encode("r", None, rows[i], marked, lsn, now_us), None)
+            i += 1
+        self.events[plan.table, "r"] += len(rows)
 
     # -- table changes -------------------------------------------------------------------------------
 

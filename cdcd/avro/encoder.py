@@ -346,6 +346,7 @@ class EnvelopeEncoder:
         self.encode_key: Callable[[Row], bytes] = self._encode_key
         # cdcd._native's ``Envelope.rows``: a run of one table's changes shaped and emitted in one call (shaping)
         self.rows: Callable[..., tuple[int, tuple[int, int, int]]] | None = None
+        self.snapshot_rows: Callable[..., int] | None = None  # ``Envelope.snapshot_rows``: the same for snapshots
         if native and _native is not None:
             self._use_native()
 
@@ -359,6 +360,7 @@ class EnvelopeEncoder:
         self.encode_value = envelope.encode_value
         self.encode_key = envelope.encode_key
         self.rows = envelope.rows
+        self.snapshot_rows = envelope.snapshot_rows
 
     # The hot path is a closure over locals (no attribute lookups per event).
     def _make_encode_value(self) -> EncodeValue:  # noqa: PLR0915 - one closure on purpose: the hot path

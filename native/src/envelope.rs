@@ -187,6 +187,45 @@ impl Envelope {
         Ok((changes.len(), counts))
     }
 
+    /// Snapshot rows ``rows[start:stop]`` as ``r`` events handed to ``emit(topic, key, value, None)`` as
+    /// `cdcd.shaping.EventShaper.snapshot` makes them (all with ``source``); stops before a row whose values
+    /// the compiled code refuses and returns its index (``stop`` when all were done).
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (rows, start, stop, source, lsn, ts_us, topic, key_header, value_header, emit))]
+    fn snapshot_rows<'py>(
+        &mut self,
+        py: Python<'py>,
+        rows: &Bound<'py, PyAny>,
+        start: usize,
+        stop: usize,
+        source: Bound<'py, PyAny>,
+        lsn: i64,
+        ts_us: Option<i64>,
+        topic: Bound<'py, PyAny>,
+        key_header: Option<&[u8]>,
+        value_header: &[u8],
+        emit: Bound<'py, PyAny>,
+    ) -> PyResult<usize> {
+        for index in start..stop {
+            let row = rows.get_item(index)?.cast_into_exact::<PyTuple>()?;
+            let key = match key_header {
+                Some(header) => match self.key_bytes(py, header, &row) {
+                    Some(key) => Some(PyBytes::new(py, &key)),
+                    None => return Ok(index),
+                },
+                None => None,
+            };
+            let Ok(value) = self.encode(py, "r", None, Some(row), &source, Some(lsn), ts_us, None) else {
+                return Ok(index);
+            };
+            let mut framed = Vec::with_capacity(value_header.len() + value.as_bytes().len());
+            framed.extend_from_slice(value_header);
+            framed.extend_from_slice(value.as_bytes());
+            emit.call1((&topic, key, PyBytes::new(py, &framed), py.None()))?;
+        }
+        Ok(stop)
+    }
+
     /// The Avro binary Key record of a row (the Python encoder's ``encode_key``).
     fn encode_key<'py>(&self, py: Python<'py>, row: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         if let (Some(key_rows), Ok(tuple)) = (&self.key_rows, row.cast_exact::<PyTuple>()) {

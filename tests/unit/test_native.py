@@ -23,7 +23,7 @@ from cdcd.avro import EnvelopeEncoder, build_schemas
 from cdcd.avro.encoder import native_kind
 from cdcd.avro.metadata import transaction_fields_encoder
 from cdcd.avro.types import type_mapping
-from cdcd.batches import Transaction
+from cdcd.batches import SnapshotBatch, Transaction
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Change, Column, LogicalMessage, Relation, Row, RowChange, Truncate, Type, Value
 from cdcd.plan import Plans
@@ -345,3 +345,38 @@ def test_copy_lines_read_as_the_python_reference_reads_them(fields: list[bytes],
     assert raised_or_returned(row_reader(native=True), data, width) == raised_or_returned(
         row_reader(native=False), data, width
     )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(TABLES),
+    st.data(),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from(["true", "incremental"]),
+)
+def test_compiled_snapshot_rows_equal_the_python_shaper(
+    relation: Relation, data: st.DataObject, first: bool, last: bool, marker: str
+) -> None:
+    """Snapshot batches (the first and last rows of a whole snapshot marked, refused values) shaped alike."""
+    rows = data.draw(
+        st.lists(
+            st.tuples(*(KEYS[c.type_oid] if c.is_key else VALUES for c in relation.columns)).map(
+                lambda r: tuple(None if v is ... else v for v in r)
+            ),
+            max_size=12,
+        )
+    )
+
+    def shape(native: bool) -> tuple[str, Any]:
+        shaper = EventShaper("cdcd", _Registry(), clock_us=lambda: 1_700_000_000_000_000, native=native)
+        shaper.start_session("db", {}, Plans())
+        records: list[Any] = []
+        batch = SnapshotBatch(relation, rows, 0x900, 1_600_000_000_000_000, marker, first, last)  # type: ignore[arg-type]
+        try:
+            shaper.snapshot(batch, lambda *record: records.append(record))
+        except Exception as exc:
+            return "raised", (type(exc).__name__, str(exc), records)
+        return "emitted", (records, sorted(shaper.events.items()))
+
+    assert shape(native=True) == shape(native=False)
