@@ -31,6 +31,14 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = ROOT / "deploy" / "local" / "stack"
+
+
+def cdcd_env() -> dict[str, str]:
+    """The environment of a cdcd process the tests start: none of the caller's CDCD_* settings, except
+    CDCD_IMPL, which says which implementation of the row stage the suite tests (`make test` runs both)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CDCD_") or k == "CDCD_IMPL"}
+
+
 VERSIONS = os.environ.get("CDCD_TEST_PG_VERSIONS", "15").split()
 FULL_VERSIONS = os.environ.get("CDCD_TEST_PG_FULL", " ".join(VERSIONS)).split()
 
@@ -189,7 +197,7 @@ class Tail:
                 [sys.executable, "-m", "cdcd", "tail", "--config", str(self.config), "--output", str(self.output)],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
-                env={k: v for k, v in os.environ.items() if not k.startswith("CDCD_")},
+                env=cdcd_env(),
             )
         return self
 

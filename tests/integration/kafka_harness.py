@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from cdcd.shaping import NEW_KEY_HEADER, OLD_KEY_HEADER
-from tests.integration.conftest import Database, PgServer, scratch_database
+from tests.integration.conftest import Database, PgServer, cdcd_env, scratch_database
 
 # Before cdcd creates the topics the pattern subscription finds none; end of partition is not an error.
 _TRANSIENT = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._PARTITION_EOF}
@@ -100,7 +99,7 @@ class Run:
         }
         path = self.tmp_path / "run.yaml"
         path.write_text(yaml.safe_dump(config))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+        env = cdcd_env()
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cdcd", "run", "--config", str(path)],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import STACK, Database, Tail, stack_env
+from tests.integration.conftest import STACK, Database, Tail, cdcd_env, stack_env
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +21,7 @@ pytestmark = pytest.mark.integration
 def run_cdcd(*args: str, config: Mapping[str, object], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "check.yaml"
     path.write_text(yaml.safe_dump({"metrics": {"listen": "127.0.0.1:0"}, **config}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    env = cdcd_env()
     return subprocess.run(
         [sys.executable, "-m", "cdcd", *args, "--config", str(path)],
         capture_output=True,
@@ -121,7 +120,7 @@ def test_run_streams_to_the_configured_sink_and_stops_on_sigterm(db: Database, t
     }
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    env = cdcd_env()
     proc = subprocess.Popen(
         [sys.executable, "-m", "cdcd", "run", "--config", str(path)], env=env, stderr=subprocess.PIPE, text=True
     )

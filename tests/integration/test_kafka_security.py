@@ -3,7 +3,6 @@ credentials that never reach its output; a wrong password or an unknown CA stops
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import Database
+from tests.integration.conftest import Database, cdcd_env
 from tests.integration.kafka_harness import Run
 
 pytestmark = pytest.mark.integration
@@ -62,7 +61,7 @@ def check(run: Run, kafka: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     config["kafka"].update(kafka)
     path = run.tmp_path / "check.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    env = cdcd_env()
     return subprocess.run(
         [sys.executable, "-m", "cdcd", "check", "--config", str(path)],
         check=False,

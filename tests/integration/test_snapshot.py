@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import signal
 import subprocess
@@ -22,7 +21,7 @@ import pytest
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from tests.integration.conftest import Database, Tail
+from tests.integration.conftest import Database, Tail, cdcd_env
 from tests.integration.kafka_harness import Event, Run
 
 pytestmark = [pytest.mark.integration, pytest.mark.every_pg]  # version-sensitive: on every major
@@ -222,7 +221,7 @@ def test_filtered_initial_snapshot_copies_rows_matching_any_filter(run: Run, db:
 
 def cdcd_snapshot(run: Run, table: str, where: str | None = None) -> subprocess.CompletedProcess[str]:
     args = [sys.executable, "-m", "cdcd", "snapshot", "--config", str(run.tmp_path / "run.yaml"), "--table", table]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    env = cdcd_env()
     return subprocess.run(
         [*args, *(["--where", where] if where else [])], check=False, capture_output=True, text=True, env=env
     )

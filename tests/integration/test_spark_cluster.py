@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.integration import test_spark
-from tests.integration.conftest import ROOT, STACK
+from tests.integration.conftest import ROOT, STACK, cdcd_env
 from tests.integration.kafka_harness import Run
 from tests.integration.test_spark import assert_mirrors_equal, first_part, second_part, wait_for_commit
 
@@ -54,7 +54,7 @@ def submit(run: Run, tmp_path: Path, log: Path, *job_args: str) -> subprocess.Po
     job += ["--checkpoint", str(tmp_path / "checkpoint"), "--mirror", str(tmp_path / "mirror"), *job_args]
     command = [str(SPARK_SUBMIT), *spark_args, str(ROOT / "cdcd" / "spark" / "__main__.py"), *job]
     # Only spark-submit's settings: no CDCD_SPARK_JARS (spark.jars) nor other cdcd settings from this shell.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    env = cdcd_env()
     env["PYSPARK_PYTHON"] = sys.executable
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     with log.open("ab") as out:

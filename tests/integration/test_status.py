@@ -5,7 +5,6 @@ nothing answers."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.http import scrape
+from tests.integration.conftest import cdcd_env
 from tests.integration.kafka_harness import Run
 from tests.integration.test_snapshot import BIG, cdcd_snapshot, wait_log, wait_until
 
@@ -27,7 +27,7 @@ BIG_TABLE = ("table", "public.big")
 
 
 def cdcd_status(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
+    env = cdcd_env()
     return subprocess.run(
         [sys.executable, "-m", "cdcd", "status", *args],
         check=False,
