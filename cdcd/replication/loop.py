@@ -21,6 +21,7 @@ from cdcd.config import Settings
 from cdcd.filters import FilterPlan, FilterStats, RowFilter
 from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.metrics import State
+from cdcd.native import IMPL
 from cdcd.notify import Notifier
 from cdcd.pgoutput import Decoder
 from cdcd.plan import Plans
@@ -130,6 +131,7 @@ class ReplicationLoop:
                 server=info.server_version,
                 slot_created=info.slot_created,
                 timeline=info.timeline,
+                row_stage=IMPL,  # compiled (cdcd._native) or the Python reference (CDCD_IMPL)
             )
             previous, self._timeline = self._timeline, info.timeline
             check_timeline(previous, info, walsender, self.published_lsn, self.progress.flushed_lsn)

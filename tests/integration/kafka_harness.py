@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -112,7 +113,17 @@ class Run:
             self._check_alive()
             assert time.monotonic() < deadline, f"never streamed:\n{self.log.read_text()[-3000:]}"
             time.sleep(0.1)
+        self._expect_row_stage()
         return self
+
+    def _expect_row_stage(self) -> None:
+        """The row stage CDCD_IMPL asks for is the one running (the default: the compiled one)."""
+        want = os.environ.get("CDCD_IMPL") or "native"
+        for line in self.log.read_text().splitlines():
+            if line.startswith("{") and json.loads(line).get("event") == "connected":
+                assert json.loads(line)["row_stage"] == want, line
+                return
+        raise AssertionError(f"no 'connected' line:\n{self.log.read_text()[-3000:]}")
 
     def metrics_url(self, timeout: float = 30) -> str:
         """http://127.0.0.1:<port> of the daemon's metrics endpoint (it picks a free port and logs it)."""
