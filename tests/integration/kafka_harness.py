@@ -116,13 +116,18 @@ class Run:
         self._expect_row_stage()
         return self
 
-    def _expect_row_stage(self) -> None:
-        """The row stage CDCD_IMPL asks for is the one running (the default: the compiled one)."""
+    def _expect_row_stage(self, timeout: float = 30) -> None:
+        """The row stage CDCD_IMPL asks for is the one running (the default: the compiled one). The slot can be
+        active before the daemon logs its ``connected`` line (an initial snapshot's slot is made first)."""
         want = os.environ.get("CDCD_IMPL") or "native"
-        for line in self.log.read_text().splitlines():
-            if line.startswith("{") and json.loads(line).get("event") == "connected":
-                assert json.loads(line)["row_stage"] == want, line
-                return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log.read_text().splitlines():
+                if line.startswith("{") and json.loads(line).get("event") == "connected":
+                    assert json.loads(line)["row_stage"] == want, line
+                    return
+            self._check_alive()
+            time.sleep(0.05)
         raise AssertionError(f"no 'connected' line:\n{self.log.read_text()[-3000:]}")
 
     def metrics_url(self, timeout: float = 30) -> str:
