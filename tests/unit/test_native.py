@@ -36,6 +36,12 @@ SETTINGS = settings(max_examples=600, deadline=None, suppress_health_check=[Heal
 TYPES = {ENUM_OID: Type(ENUM_OID, "public", "mood")}
 
 
+@pytest.fixture(autouse=True)
+def _compiled_module_loaded() -> None:
+    """Every test here compares cdcd._native with the Python reference: under CDCD_IMPL=python both would be Python."""
+    assert cdcd.native.native is not None, "parity tests need the compiled row stage (unset CDCD_IMPL)"
+
+
 def test_native_module_is_built_and_chosen_by_cdcd_impl() -> None:
     """`make venv` builds it; CDCD_IMPL picks it (native, or unset) or the Python reference alone (python)."""
     from cdcd import _native  # type: ignore[attr-defined]  # noqa: PLC0415 - built by maturin
