@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from cdcd.shaping import NEW_KEY_HEADER, OLD_KEY_HEADER
-from tests.integration.conftest import Database, PgServer, cdcd_env, scratch_database
+from tests.integration.conftest import Database, PgServer, cdcd_env, close_bounded, scratch_database
 
 # Before cdcd creates the topics the pattern subscription finds none; end of partition is not an error.
 _TRANSIENT = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._PARTITION_EOF}
@@ -70,7 +70,7 @@ class Run:
 
     def reread(self) -> None:
         """Read every topic again from the start with a new consumer group."""
-        self.consumer.close()
+        close_bounded(self.consumer)
         self.consumer = self._new_consumer()
         self.events = []
         self.positions = {}
@@ -165,18 +165,61 @@ class Run:
                 if error.code() in _TRANSIENT:
                     continue
                 raise KafkaException(error)
-            topic = str(message.topic())
-            key_ctx = SerializationContext(topic, MessageField.KEY)
-            value_ctx = SerializationContext(topic, MessageField.VALUE)
-            key = None if message.key() is None else self._deserialize(message.key(), key_ctx)
-            value = None if message.value() is None else self._deserialize(message.value(), value_ctx)
-            headers: list[tuple[str, bytes]] = message.headers() or []  # type: ignore[assignment]
-            # the key-change headers carry Avro keys; others (Debezium's __debezium.context.*) are left alone
-            moved = {name: self._deserialize(raw, key_ctx) for name, raw in headers if raw and name in KEY_HEADERS}
-            partition, offset = message.partition() or 0, message.offset() or 0
-            self.events.append(Event(topic, key, value, moved, partition, offset))
-            self.positions[topic, partition] = offset + 1
+            event = self._event(message)
+            self.events.append(event)
+            self.positions[event.topic, event.partition] = event.offset + 1
         return self.events
+
+    def _event(self, message: Message) -> Event:
+        topic = str(message.topic())
+        key_ctx = SerializationContext(topic, MessageField.KEY)
+        value_ctx = SerializationContext(topic, MessageField.VALUE)
+        key = None if message.key() is None else self._deserialize(message.key(), key_ctx)
+        value = None if message.value() is None else self._deserialize(message.value(), value_ctx)
+        headers: list[tuple[str, bytes]] = message.headers() or []  # type: ignore[assignment]
+        # the key-change headers carry Avro keys; others (Debezium's __debezium.context.*) are left alone
+        moved = {name: self._deserialize(raw, key_ctx) for name, raw in headers if raw and name in KEY_HEADERS}
+        return Event(topic, key, value, moved, message.partition() or 0, message.offset() or 0)
+
+    def read_to_end(self, isolation: str = "read_committed", timeout: float = 120) -> list[Event]:
+        """Every message under the prefix, from the start to the current end of every partition, read by a new
+        consumer with ``isolation`` (read_committed never passes an open Kafka transaction)."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
+                "group.id": f"{self.prefix}-{uuid.uuid4().hex[:6]}",
+                "isolation.level": isolation,
+                "enable.partition.eof": True,
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            topics = consumer.list_topics(timeout=10).topics
+            partitions = [
+                TopicPartition(name, p, OFFSET_BEGINNING)
+                for name, topic in topics.items()
+                if name.startswith(f"{self.prefix}.")
+                for p in topic.partitions
+            ]
+            consumer.assign(partitions)
+            remaining = {(tp.topic, tp.partition) for tp in partitions}
+            events: list[Event] = []
+            deadline = time.monotonic() + timeout
+            while remaining:
+                assert time.monotonic() < deadline, f"{isolation}: no end of {sorted(remaining)} in {timeout} s"
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    remaining.discard((str(message.topic()), message.partition() or 0))
+                elif error is not None:
+                    raise KafkaException(error)
+                else:
+                    events.append(self._event(message))
+            return events
+        finally:
+            close_bounded(consumer)
 
     def sync(self, timeout: float = 90) -> list[Event]:
         """Everything cdcd will publish for what was committed so far: emit a message, wait until cdcd confirmed
@@ -206,7 +249,7 @@ class Run:
         return ends
 
     def close(self) -> None:
-        self.consumer.close()
+        close_bounded(self.consumer)
         if self.proc is not None and self.proc.poll() is None:
             self.stop(signal.SIGKILL)
 

@@ -19,7 +19,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from tests.integration.conftest import STACK, Database, PgServer, scratch_database, stack_env
+from tests.integration.conftest import STACK, Database, PgServer, close_bounded, scratch_database, stack_env
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +105,7 @@ def connector(pg15: PgServer, debezium_env: dict[str, str]) -> Iterator[tuple[Da
             _stack("debezium-connector", "start", name, db.name, name, "dbz_pub")
             yield db, reader
         finally:
-            reader.consumer.close()
+            close_bounded(reader.consumer)
             _stack("debezium-connector", "stop", name)
             admin = AdminClient({"bootstrap.servers": debezium_env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]})
             topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(f"{name}.")]

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from tests.integration.conftest import STACK, stack_env
+from tests.integration.conftest import STACK, close_bounded, stack_env
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def test_kafka_round_trip(env: dict[str, str]) -> None:
             assert isinstance(value, bytes)
             values.append(value)
     finally:
-        consumer.close()
+        close_bounded(consumer)
     assert values == [f"v{i}".encode() for i in range(10)]
     admin.delete_topics([topic])
 
