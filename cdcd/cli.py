@@ -163,8 +163,10 @@ def _sink(settings: Settings, output: str | None) -> tuple[Sink, BinaryIO | None
     """JSON lines to ``output`` (``-``: stdout), or Kafka when ``output`` is None."""
     if output is None:
         from cdcd.sink.kafka import KafkaSink  # noqa: PLC0415 - loaded only when used: a 0.2 s import
+        from cdcd.sink.transactional import ExactlyOnceKafkaSink  # noqa: PLC0415
 
-        return KafkaSink(settings.kafka, settings.schema_registry), None
+        kind = ExactlyOnceKafkaSink if settings.kafka.delivery == "exactly_once" else KafkaSink
+        return kind(settings.kafka, settings.schema_registry), None
     out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
     return JsonLinesSink(out), None if out is sys.stdout.buffer else out
 

@@ -231,6 +231,31 @@ class BufferSettings(_Section):
 _SHARED_CLIENT_SETTINGS = ("security.", "ssl.", "sasl.", "client.")
 
 
+class ExactlyOnceSettings(_Section):
+    transactional_id: str | None = Field(
+        None,
+        description="the producer's transactional.id; default cdcd-<database system id>-<slot>. One writer per id:"
+        " a second instance with the same id fences the first",
+    )
+    progress_topic: str | None = Field(
+        None,
+        description="compacted topic of committed WAL positions, keyed by slot (JSON, not Avro); default"
+        " __cdcd-progress-<topic_prefix>, outside the <topic_prefix>.* topics consumers subscribe to",
+    )
+    commit_interval_ms: int = Field(
+        50, ge=1, description="longest a Kafka transaction stays open for more PostgreSQL transactions (latency)"
+    )
+    max_messages: int = Field(
+        50_000, ge=1, description="messages after which a Kafka transaction is committed at the next transaction end"
+    )
+    transaction_timeout_s: int = Field(
+        900,
+        ge=10,
+        description="transaction.timeout.ms: one PostgreSQL transaction must reach Kafka within this (at most the"
+        " broker's transaction.max.timeout.ms)",
+    )
+
+
 class KafkaSettings(_Section):
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka brokers, host:port[,host:port...]")
     topic_prefix: str = Field("cdcd", description="topics are <prefix>.<schema>.<table>; also Debezium's source.name")
@@ -244,6 +269,14 @@ class KafkaSettings(_Section):
     transaction_topic: bool = Field(True, description="BEGIN/END events with counts on <prefix>.transaction")
     producer: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="extra librdkafka producer settings (idempotence and acks=all are fixed)"
+    )
+    delivery: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once",
+        description="exactly_once: whole PostgreSQL transactions in Kafka transactions, with the WAL position in"
+        " the same transaction (for consumers reading with isolation.level=read_committed)",
+    )
+    exactly_once: ExactlyOnceSettings = Field(
+        default_factory=ExactlyOnceSettings, description="Kafka transactions (delivery: exactly_once)"
     )
 
     @field_validator("topic_prefix")
@@ -260,6 +293,10 @@ class KafkaSettings(_Section):
             if isinstance(value, str) and ("password" in key or "secret" in key):
                 register_secret(value)
         return self
+
+    @property
+    def progress_topic(self) -> str:
+        return self.exactly_once.progress_topic or f"__cdcd-progress-{self.topic_prefix}"
 
     def client_config(self) -> dict[str, Any]:
         """Bootstrap servers and the connection settings of ``producer`` (TLS, SASL): for admin clients too."""

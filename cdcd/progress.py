@@ -71,6 +71,15 @@ class Progress:
         if not self._entries and not in_transaction and wal_end > self.flushed_lsn:
             self.flushed_lsn = wal_end
 
+    def resume_at(self, lsn: int) -> None:
+        """The sink committed everything up to ``lsn`` in an earlier run (exactly-once): confirmable."""
+        self.received(lsn)
+        self.flushed_lsn = max(self.flushed_lsn, lsn)
+
+    def discard(self) -> None:
+        """The sink dropped all it had not finished (an aborted Kafka transaction): the server sends it again."""
+        self._entries.clear()
+
     def _advance(self) -> None:
         entries = self._entries
         while entries and entries[0].sealed and entries[0].outstanding == 0:

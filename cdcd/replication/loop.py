@@ -12,7 +12,9 @@ import contextlib
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import structlog
 
@@ -27,8 +29,8 @@ from cdcd.pgoutput import Decoder
 from cdcd.plan import Plans
 from cdcd.progress import Progress
 from cdcd.replication.core import Event, Publish, ReplicationCore, SnapshotRequest, Stats, Watermark, Write
-from cdcd.replication.start import check_timeline, resumable, slot_request
-from cdcd.sink import SessionContext, Sink
+from cdcd.replication.start import check_timeline, committed_snapshot, resumable, slot_request
+from cdcd.sink import SessionContext, Sink, SinkRewind
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.reader import SnapshotReader
 from cdcd.snapshot.runner import Snapshotter, start_state
@@ -87,7 +89,9 @@ class ReplicationLoop:
                 return
             except _Stopped:
                 return
-            except SourceDisconnected as exc:
+            except (SourceDisconnected, SinkRewind) as exc:
+                if isinstance(exc, SinkRewind):
+                    self.progress.discard()  # never confirmed; the server sends it again
                 failures += 1
                 if reconnect.max_attempts and failures > reconnect.max_attempts:
                     raise
@@ -123,6 +127,10 @@ class ReplicationLoop:
                 replace_lost=request.replace_lost,
                 must_exist=request.must_exist,
             )
+            committed = self.sink.committed(source.slot, info.system_id, info.slot_created, self._beat_unless_stopped)
+            if committed is not None:
+                self.progress.resume_at(committed.flush_lsn)
+                saved = committed_snapshot(committed, saved, source.slot)
             saved = resumable(saved, info, source.slot)
             log.info(
                 "connected",
@@ -164,10 +172,13 @@ class ReplicationLoop:
                     decoder.types,
                     self._count_snapshot_rows,
                     self.meters,
+                    save_on_done=not self.sink.transactional,
                 )
                 self.state.postgresql_up = True
                 self.state.server, self.state.server_version = reader.server(), _version(info.server_version)
-                context = SessionContext(info.database, decoder.types, self._beat_unless_stopped, plans)
+                context = SessionContext(
+                    info.database, decoder.types, self._beat_unless_stopped, plans, *self._snapshot_hooks()
+                )
                 if info.exported_snapshot is not None and state.initial == "running":
                     self._initial_snapshot(info, self.snapshotter, context)
                     if mode == "initial_only" or self.stop.is_set():
@@ -182,7 +193,9 @@ class ReplicationLoop:
                 self.state.streaming, self.state.phase = True, "streaming"
                 self.notifier.ready(f"streaming from slot {source.slot}")
                 keep_alive = partial(self._keep_alive, walsender, core)
-                self.sink.start_session(SessionContext(info.database, decoder.types, keep_alive, plans))
+                self.sink.start_session(
+                    SessionContext(info.database, decoder.types, keep_alive, plans, *self._snapshot_hooks())
+                )
                 self._stream(walsender, core)
             finally:
                 self.state.streaming = False
@@ -216,6 +229,13 @@ class ReplicationLoop:
         point = format_lsn(info.consistent_point or 0)
         log.info("initial snapshot done", rows=self.snapshot_rows.total(), consistent_point=point)
 
+    def _snapshot_hooks(self) -> tuple[Callable[[], dict[str, Any] | None], Callable[[], None]]:
+        """For an exactly-once sink: the snapshot state to commit with the data, and what saves it after."""
+        snapshotter = self.snapshotter
+        if snapshotter is None:
+            return (lambda: None), (lambda: None)
+        return (snapshotter.state.to_json), snapshotter.saved
+
     def _count_snapshot_rows(self, table: str, rows: int) -> None:
         self.snapshot_rows[table] += rows
 
@@ -246,7 +266,8 @@ class ReplicationLoop:
         core.next_status = time.monotonic() + core.status_interval_s
         frame, act, sink = core.frame, self._act, self.sink
         while not self.stop.is_set():
-            frames = walsender.read(timeout=max(0.0, min(1.0, core.next_status - time.monotonic())))
+            wait = min(1.0, core.next_status - time.monotonic(), sink.wake_in())
+            frames = walsender.read(timeout=max(0.0, wait))
             reply = False
             for data in frames:
                 event = frame(data)

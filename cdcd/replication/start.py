@@ -10,7 +10,8 @@ from typing import Protocol
 import structlog
 
 from cdcd.lsn import format_lsn
-from cdcd.snapshot.state import SnapshotState
+from cdcd.sink import Committed
+from cdcd.snapshot.state import SnapshotState, StateError
 from cdcd.source.failover import FAILOVER_VERSION, PromotionError, SlotSync, check_promotion, switch_point
 from cdcd.source.walsender import SessionInfo, SourceError
 
@@ -33,6 +34,21 @@ def slot_request(mode: str, saved: SnapshotState | None, state_path: Path) -> Sl
     if saved is not None and mode != "when_needed":
         must_exist = f"{state_path} shows cdcd streamed from it"
     return SlotRequest(export_snapshot=mode != "never", replace_lost=mode == "when_needed", must_exist=must_exist)
+
+
+def committed_snapshot(committed: Committed, saved: SnapshotState | None, slot: str) -> SnapshotState | None:
+    """Exactly-once: the snapshot state committed with the data wins over the state file (which may be ahead
+    of it: it is saved before the Kafka transaction commits). Without one, the file (a switch from
+    at-least-once)."""
+    if committed.snapshot is None:
+        return saved
+    try:
+        state = SnapshotState.from_json(dict(committed.snapshot))
+    except TypeError as exc:
+        raise StateError(f"the progress topic's snapshot state has an unexpected layout: {exc}") from None
+    if state.slot != slot:
+        raise StateError(f"the progress topic's snapshot state belongs to slot {state.slot!r}, not {slot!r}")
+    return state
 
 
 def resumable(saved: SnapshotState | None, info: SessionInfo, slot: str) -> SnapshotState | None:

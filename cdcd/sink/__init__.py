@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from cdcd.batches import SnapshotBatch, Transaction
 from cdcd.pgoutput.messages import Change, LogicalMessage, Type
@@ -20,6 +20,25 @@ class SinkFailure(RuntimeError):
     """The sink lost or refused data (e.g. a Kafka delivery error): the daemon must stop."""
 
 
+class SinkRewind(RuntimeError):
+    """The sink dropped work it had not committed (an aborted Kafka transaction): start again from the position
+    ``Sink.committed`` reports, as after a lost connection."""
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What an exactly-once sink committed last, atomically with the data.
+
+    ``flush_lsn``: the WAL position to confirm. ``position``: the start LSN of the last record written (a
+    transaction's commit record, a message): anything at or below it is written already, whatever the server
+    sends again. ``snapshot``: the snapshot state (``SnapshotState.to_json``) as of that commit.
+    """
+
+    flush_lsn: int
+    position: int
+    snapshot: dict[str, Any] | None
+
+
 @dataclass(frozen=True)
 class SessionContext:
     """What a sink learns when a replication session starts."""
@@ -28,15 +47,28 @@ class SessionContext:
     types: Mapping[int, Type] = field(default_factory=dict)  # the decoder's Type cache, kept current
     keep_alive: Callable[[], None] = lambda: None  # call while blocked: keeps status updates going
     plans: Plans = field(default_factory=Plans)  # the session's table plans, shared with the row filter
+    snapshot_state: Callable[[], dict[str, Any] | None] = lambda: None  # committed with the data (exactly-once)
+    snapshot_committed: Callable[[], None] = lambda: None  # after such a commit: save the state file too
 
 
 class Sink(Protocol):
+    transactional: bool  # writes commit atomically with their position (``committed``): exactly-once
+
     @property
     def events(self) -> Mapping[tuple[str, str], int]:
         """(schema.table, op code) -> events written; ("", "m") for logical decoding messages."""
 
     @property
     def delivery_errors(self) -> int: ...
+
+    def committed(
+        self, slot: str, system_id: str, slot_created: bool, keep_alive: Callable[[], None]
+    ) -> Committed | None:
+        """Exactly-once sinks: what the last committed write covered (None: nothing yet, or not exactly-once).
+        Called at the start of every session, before anything is written in it; ``keep_alive`` while waiting."""
+
+    def wake_in(self) -> float:
+        """Seconds until the sink wants ``poll`` again (to commit what it holds); ``inf``: no hurry."""
 
     def in_flight(self) -> int: ...
     def ready(self) -> bool: ...

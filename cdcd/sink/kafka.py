@@ -10,6 +10,7 @@ keys, envelopes, tombstones, key changes, transaction metadata) is ``cdcd.shapin
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -27,7 +28,7 @@ from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import Change, LogicalMessage
 from cdcd.progress import Entry, Progress
 from cdcd.shaping import Emit, EventShaper, Headers
-from cdcd.sink import SessionContext, SinkFailure
+from cdcd.sink import Committed, SessionContext, SinkFailure
 
 log = structlog.get_logger("cdcd.sink.kafka")
 
@@ -39,25 +40,15 @@ _FATAL_CLIENT_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
 
 
 class KafkaSink:
+    transactional = False
+
     def __init__(self, kafka: KafkaSettings, registry: SchemaRegistrySettings) -> None:
         self.settings = kafka
-        config: dict[str, Any] = {
-            "bootstrap.servers": kafka.bootstrap_servers,
-            "logger": library_logger("cdcd.librdkafka"),
-            "error_cb": self._client_error,
-            "linger.ms": 20,
-            "compression.type": "lz4",
-            "queue.buffering.max.messages": 100_000,
-            "queue.buffering.max.kbytes": 65_536,  # the local queue is bounded: 64 MiB
-            "message.timeout.ms": 0,  # while Kafka is away, wait for it rather than fail (0 = no limit)
-            **kafka.producer,
-            "enable.idempotence": True,
-            "acks": "all",
-        }
-        self.producer = Producer(config)
+        self.producer: Producer
+        self._start_producer()
         admin_config: dict[str, Any] = {
             **kafka.client_config(),
-            "logger": config["logger"],
+            "logger": library_logger("cdcd.librdkafka"),
             "error_cb": self._client_error,
         }
         self.admin = AdminClient(admin_config)
@@ -77,6 +68,36 @@ class KafkaSink:
         self.delivery_errors = 0
         self._waiting = 0  # messages in the producer at the last poll
         self._moved_at = time.monotonic()  # when the producer's queue last shrank or was empty
+
+    def _start_producer(self) -> None:
+        self.producer = self._producer({})
+
+    def _producer(self, fixed: dict[str, Any]) -> Producer:
+        """An idempotent producer (acks=all) with the user's settings, and ``fixed`` over them."""
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.settings.bootstrap_servers,
+            "logger": library_logger("cdcd.librdkafka"),
+            "error_cb": self._client_error,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 100_000,
+            "queue.buffering.max.kbytes": 65_536,  # the local queue is bounded: 64 MiB
+            "message.timeout.ms": 0,  # while Kafka is away, wait for it rather than fail (0 = no limit)
+            **self.settings.producer,
+            "enable.idempotence": True,
+            "acks": "all",
+            **fixed,
+        }
+        return Producer(config)
+
+    def committed(
+        self, slot: str, system_id: str, slot_created: bool, keep_alive: Callable[[], None]
+    ) -> Committed | None:
+        """At-least-once: a restart sends again what Kafka had beyond the slot's confirmed position."""
+        return None
+
+    def wake_in(self) -> float:
+        return math.inf
 
     def in_flight(self) -> int:
         return len(self.producer)
@@ -128,9 +149,11 @@ class KafkaSink:
         cycle the frozen collector leaves to interpreter shutdown), and a librdkafka thread calling back during
         shutdown crashed the process (SIGSEGV after a SASL authentication failure). What was not acknowledged
         by now is dropped: it was never confirmed, so the next run sends it again."""
-        self.producer.purge()
-        self.producer.close()  # flushes: after the purge, only the purged messages' reports
-        del self.producer, self.admin
+        if hasattr(self, "producer"):  # an exactly-once sink makes it when its first session starts
+            self.producer.purge()
+            self.producer.close()  # flushes: after the purge, only the purged messages' reports
+            del self.producer
+        del self.admin
 
     # -- producing ------------------------------------------------------------------------------
 
@@ -172,18 +195,18 @@ class KafkaSink:
         return emit
 
     def _produce_when_room(
-        self, topic: str, key: bytes | None, value: bytes | None, acked: Acked, headers: Headers | None
+        self, topic: str, key: bytes | None, value: bytes | None, acked: Acked | None, headers: Headers | None
     ) -> None:
+        extra: dict[str, Any] = {} if acked is None else {"on_delivery": acked}
+        if headers is not None:
+            extra["headers"] = headers
         while True:
             self.producer.poll(0.1)
             self._note_progress()
             self._raise_failure()
             self.keep_alive()  # status updates go on while blocked, or the server drops us
             try:
-                if headers is None:
-                    self.producer.produce(topic, value, key, on_delivery=acked)
-                else:
-                    self.producer.produce(topic, value, key, on_delivery=acked, headers=headers)
+                self.producer.produce(topic, value, key, **extra)
                 return
             except BufferError:
                 continue
@@ -225,31 +248,32 @@ class KafkaSink:
             return
         if self.settings.create_topics:
             settings = self.settings
-            new = NewTopic(
-                topic,
-                num_partitions=settings.partitions,
-                replication_factor=settings.replication_factor,
-                config=dict(settings.topic_config),
-            )
-            future = self.admin.create_topics([new], operation_timeout=30)[topic]
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    future.result(timeout=0.5)
-                    log.info("topic created", topic=topic, partitions=self.settings.partitions)
-                    break
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise SinkFailure(f"cannot create topic {topic}: {exc.args[0].str()}") from None
-                    break
-                except TimeoutError:  # meanwhile: client errors (authentication, TLS) and status updates
-                    self.admin.poll(0)
-                    self.producer.poll(0)
-                    self._raise_failure()
-                    self.keep_alive()
-                    if time.monotonic() > deadline:
-                        raise SinkFailure(f"cannot create topic {topic}: Kafka did not answer within 60 s") from None
+            self.create_topic(topic, settings.partitions, dict(settings.topic_config))
         self._topics.add(topic)
+
+    def create_topic(self, topic: str, partitions: int, config: dict[str, str]) -> None:
+        """Create ``topic`` unless it exists."""
+        new = NewTopic(
+            topic, num_partitions=partitions, replication_factor=self.settings.replication_factor, config=config
+        )
+        future = self.admin.create_topics([new], operation_timeout=30)[topic]
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                future.result(timeout=0.5)
+                log.info("topic created", topic=topic, partitions=partitions)
+                break
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise SinkFailure(f"cannot create topic {topic}: {exc.args[0].str()}") from None
+                break
+            except TimeoutError:  # meanwhile: client errors (authentication, TLS) and status updates
+                self.admin.poll(0)
+                self.producer.poll(0)
+                self._raise_failure()
+                self.keep_alive()
+                if time.monotonic() > deadline:
+                    raise SinkFailure(f"cannot create topic {topic}: Kafka did not answer within 60 s") from None
 
 
 def check_kafka(kafka: KafkaSettings, registry: SchemaRegistrySettings, timeout: float = 10) -> list[str]:

@@ -115,6 +115,9 @@ class Snapshotter:
     meters: SnapshotMeters = field(default_factory=SnapshotMeters)
     window: _Open | None = None
     cursors: dict[str, list[str | None] | None] = field(default_factory=dict)  # id -> last key handed over
+    # False for an exactly-once sink: a chunk's progress is saved after the Kafka commit that holds its rows
+    # (``saved``), so the state file is never ahead of Kafka
+    save_on_done: bool = True
     handed: set[str] = field(default_factory=set)  # ids whose last chunk is handed over
 
     # -- shared -------------------------------------------------------------------------------------
@@ -149,7 +152,8 @@ class Snapshotter:
                     seconds=view.get("seconds"),
                     estimated_rows=view.get("estimated_rows"),
                 )
-            self.store.save(self.state)
+            if self.save_on_done:
+                self.store.save(self.state)
 
         return done
 
@@ -235,6 +239,10 @@ class Snapshotter:
         self.sink.write_snapshot(
             SnapshotBatch(relation, rows, lsn, time.time_ns() // 1000, "true", first, last, done), self.progress
         )
+
+    def saved(self) -> None:
+        """The progress in memory is committed (an exactly-once sink's commit): save it."""
+        self.store.save(self.state)
 
     def initial_finished(self) -> None:
         self.reader.end_transaction()

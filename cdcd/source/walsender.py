@@ -53,6 +53,7 @@ class SessionInfo:
     slot_created: bool
     streaming: str
     filter_plan: FilterPlan
+    system_id: str = ""  # IDENTIFY_SYSTEM's systemid: the database cluster, kept by physical standbys
     consistent_point: int | None = None  # where a slot created now starts
     exported_snapshot: str | None = None  # the snapshot it exported, valid until START_REPLICATION
 
@@ -143,6 +144,7 @@ class Walsender:
             slot_created=created is not None,
             streaming=self.settings.streaming,
             filter_plan=plan,
+            system_id=system[0],
             consistent_point=None if created is None else parse_lsn(created[0]),
             exported_snapshot=None if created is None else created[1] or None,
         )

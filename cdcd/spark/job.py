@@ -135,6 +135,8 @@ def kafka_stream(spark: SparkSession, options: Options) -> DataFrame:
         .option("startingOffsets", options.starting_offsets)
         .option("kafka.metadata.max.age.ms", "5000")  # find new tables' topics within seconds
         .option("includeHeaders", "true")
+        # never what an aborted or open Kafka transaction holds (cdcd's kafka.delivery: exactly_once)
+        .option("kafka.isolation.level", "read_committed")
     )
     if options.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger))

@@ -1,0 +1,282 @@
+"""Exactly-once delivery (``kafka.delivery: exactly_once``): the records of ``cdcd.shaping`` in Kafka
+transactions, each also writing the WAL position it covers to the progress topic (``sink.progress_topic``).
+
+A Kafka transaction holds whole PostgreSQL transactions (one or more: it is committed once
+``commit_interval_ms`` passed since it began or ``max_messages`` were written, at a PostgreSQL transaction's
+end), snapshot batches and messages, then the progress record: the data and the position commit atomically.
+Nothing in it is confirmed to PostgreSQL (``Progress``) before the commit succeeded.
+
+At the start of each session ``committed`` fences any earlier writer with the same ``transactional.id``
+(aborting its open transaction) and reads the last committed record: stream records at or below its position
+are not written again, however far back the slot's confirmed position is. An abortable error aborts the Kafka
+transaction and raises ``SinkRewind``: the loop reconnects and starts again from the committed position.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException
+
+from cdcd.batches import SnapshotBatch, Transaction
+from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.lsn import format_lsn, pg_to_unix_us
+from cdcd.pgoutput.messages import Change, LogicalMessage
+from cdcd.progress import Entry, Progress
+from cdcd.shaping import Emit, Headers
+from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
+from cdcd.sink import progress_topic as records
+from cdcd.sink.kafka import KafkaSink
+
+log = structlog.get_logger("cdcd.sink.kafka")
+
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+_READ_TIMEOUT_S = 30.0
+
+
+class ExactlyOnceKafkaSink(KafkaSink):
+    transactional = True
+
+    def __init__(self, kafka: KafkaSettings, registry: SchemaRegistrySettings) -> None:
+        super().__init__(kafka, registry)
+        self.options = kafka.exactly_once
+        self.progress_topic = kafka.progress_topic
+        self.transactional_id = ""
+        self.slot = self.system_id = ""
+        self.snapshot_state: Callable[[], dict[str, Any] | None] = lambda: None
+        self.snapshot_committed: Callable[[], None] = lambda: None
+        self.kafka_transactions = 0  # committed
+        self._open_at: float | None = None  # monotonic time the open Kafka transaction began (None: none open)
+        self._opened_with = 0  # self.produced when it began
+        self._held: list[Entry] = []  # entries written in the open Kafka transaction, in order
+        self._progress: Progress | None = None
+        self._position = -1  # start LSN of the last stream record written
+        self._committed = Committed(0, -1, None)
+        self._emit = self._transactional_emitter()
+
+    def _start_producer(self) -> None:
+        """Made by ``committed``: the transactional.id needs the database system id."""
+
+    def in_flight(self) -> int:
+        return super().in_flight() if hasattr(self, "producer") else 0
+
+    def ready(self) -> bool:
+        return hasattr(self, "producer") and super().ready()
+
+    # -- the session's start ----------------------------------------------------------------------
+
+    def committed(
+        self, slot: str, system_id: str, slot_created: bool, keep_alive: Callable[[], None]
+    ) -> Committed | None:
+        self.keep_alive = keep_alive  # a stop request ends a wait for Kafka
+        if not hasattr(self, "producer"):
+            self._make_transactional(slot, system_id)
+        if self._open_at is not None:  # the last session's whole transactions: commit them (or rewind)
+            self._commit()
+        self.slot, self.system_id = slot, system_id
+        found = records.read_last(self.settings.client_config(), self.progress_topic, slot, _READ_TIMEOUT_S)
+        self._committed, self._position = Committed(0, -1, None), -1
+        if isinstance(found, records.Missing):
+            self._progress_topic_missing(slot_created)
+            return None
+        if slot_created:
+            if found is not None:
+                log.info("the slot was created now: the progress topic's older record is not used", slot=slot)
+            return None
+        if found is None:
+            log.warning(
+                "no committed position in the progress topic: starting at the slot's confirmed position. What an"
+                " earlier at-least-once run sent after it is sent again, once",
+                topic=self.progress_topic,
+                slot=slot,
+            )
+            return None
+        committed = self._committed = records.decode(found, slot, system_id, self.progress_topic)
+        self._position = committed.position
+        log.info(
+            "resuming after the last committed Kafka transaction",
+            flush_lsn=format_lsn(committed.flush_lsn),
+            position=format_lsn(max(committed.position, 0)),
+            transactional_id=self.transactional_id,
+        )
+        return committed
+
+    def _make_transactional(self, slot: str, system_id: str) -> None:
+        self.transactional_id = self.options.transactional_id or f"cdcd-{system_id}-{slot}"
+        timeout_ms = self.options.transaction_timeout_s * 1000
+        self.producer = self._producer(
+            {
+                "transactional.id": self.transactional_id,
+                "transaction.timeout.ms": timeout_ms,
+                "message.timeout.ms": timeout_ms,  # librdkafka: at most the transaction's timeout
+            }
+        )
+        self._retrying("initialize Kafka transactions", lambda: self.producer.init_transactions(1.0))
+
+    def _progress_topic_missing(self, slot_created: bool) -> None:
+        topic = self.progress_topic
+        if not slot_created:
+            raise records.ProgressTopicError(
+                f"progress topic {topic} does not exist, but slot {self.slot} does: what was committed is unknown."
+                " If exactly-once delivery is new for this slot, create the topic (compacted, one partition) and"
+                " start again; cdcd then starts at the slot's confirmed position"
+            )
+        if not self.settings.create_topics:
+            raise records.ProgressTopicError(
+                f"progress topic {topic} does not exist and kafka.create_topics is off: create it (cleanup.policy="
+                "compact, one partition)"
+            )
+        self.create_topic(topic, 1, {"cleanup.policy": "compact", "segment.ms": "3600000"})
+
+    def start_session(self, session: SessionContext) -> None:
+        super().start_session(session)
+        self.snapshot_state = session.snapshot_state
+        self.snapshot_committed = session.snapshot_committed
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def write_transaction(self, txn: Transaction, changes: Iterable[Change], progress: Progress) -> None:
+        commit_time = pg_to_unix_us(txn.commit_time) / 1e6
+        if txn.commit_lsn <= self._committed.position:
+            for _ in changes:  # in Kafka already; shown to a snapshot window as any transaction written
+                pass
+            progress.seal(progress.open(txn.end_lsn, commit_time))
+            return
+        entry = self._hold(progress.open(txn.end_lsn, commit_time), progress)
+        self.shaper.transaction(txn, changes, self._emit)
+        self._position = txn.commit_lsn
+        progress.seal(entry)
+        self._commit_if_due()
+
+    def write_message(self, message: LogicalMessage, progress: Progress) -> None:
+        if message.lsn <= self._committed.position:
+            progress.seal(progress.open(message.lsn))
+            return
+        entry = self._hold(progress.open(message.lsn), progress)
+        self.shaper.message(message, self._emit)
+        self._position = message.lsn
+        progress.seal(entry)
+        self._commit_if_due()
+
+    def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None:
+        entry = self._hold(progress.open(batch.lsn, None, batch.done), progress)
+        self.shaper.snapshot(batch, self._emit)
+        progress.seal(entry)
+        self._commit_if_due()
+
+    def _transactional_emitter(self) -> Emit:
+        """Produce without delivery reports: the commit fails if any message failed."""
+
+        def emit(topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
+            producer = self.producer
+            try:
+                if headers is None:
+                    producer.produce(topic, value, key)
+                else:
+                    producer.produce(topic, value, key, headers=headers)
+            except BufferError:  # the local queue is full: wait for Kafka, never drop
+                self._produce_when_room(topic, key, value, None, headers)
+            self.produced += 1
+            if self.produced % 1000 == 0:
+                producer.poll(0)
+
+        return emit
+
+    def _hold(self, entry: Entry, progress: Progress) -> Entry:
+        """``entry`` is finished when the Kafka transaction it is written in commits; open one if none is."""
+        if self._open_at is None:
+            self._retrying("begin a Kafka transaction", self.producer.begin_transaction)
+            self._open_at, self._opened_with = time.monotonic(), self.produced
+        self._progress = progress
+        entry.outstanding += 1
+        self._held.append(entry)
+        return entry
+
+    # -- committing -------------------------------------------------------------------------------
+
+    def wake_in(self) -> float:
+        if self._open_at is None:
+            return super().wake_in()
+        return max(0.0, self._open_at + self.options.commit_interval_ms / 1000 - time.monotonic())
+
+    def poll(self) -> None:
+        super().poll()
+        if self._open_at is not None and self.wake_in() == 0:
+            self._commit()
+
+    def flush(self, timeout: float) -> bool:
+        if self._open_at is not None:
+            self._commit()
+        return super().flush(timeout)
+
+    def _commit_if_due(self) -> None:
+        assert self._open_at is not None
+        if (
+            self.produced - self._opened_with >= self.options.max_messages
+            or time.monotonic() - self._open_at >= self.options.commit_interval_ms / 1000
+        ):
+            self._commit()
+
+    def _commit(self) -> None:
+        """Write the progress record and commit; then, only then, the held entries are finished."""
+        held, progress = self._held, self._progress
+        assert progress is not None
+        for entry in held:  # snapshot progress first (in memory): the record carries the state after these rows
+            done, entry.done = entry.done, None
+            if done is not None:
+                done()
+        flush = max([self._committed.flush_lsn, *(entry.end_lsn for entry in held)])
+        committed = Committed(flush, self._position, self.snapshot_state())
+        key, value = records.encode(self.slot, self.system_id, committed)
+        self._emit(self.progress_topic, key, value, None)
+        self._retrying("commit a Kafka transaction", lambda: self.producer.commit_transaction(1.0))
+        self._committed = committed
+        self.kafka_transactions += 1
+        self._forget_open()
+        if committed.snapshot is not None:
+            self.snapshot_committed()
+        for entry in held:
+            progress.ack(entry)
+
+    def _forget_open(self) -> None:
+        self._open_at, self._held = None, []
+
+    def _retrying(self, what: str, call: Callable[[], None]) -> None:
+        """``call`` until it succeeds: retriable errors (Kafka away, a timeout) are retried with status updates
+        going on; an abortable one aborts the transaction and rewinds; a fatal one (fenced) stops."""
+        while True:
+            try:
+                call()
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+            self._raise_failure()
+            if error.fatal() or error.code() in _FENCED:
+                raise SinkFailure(self._fatal(what, error))
+            if error.txn_requires_abort():
+                self._abort(what, error)
+            if not error.retriable():
+                raise SinkFailure(f"cannot {what}: {error.str()}")
+            self.keep_alive()
+
+    def _fatal(self, what: str, error: KafkaError) -> str:
+        if error.code() in _FENCED:
+            return (
+                f"another producer with transactional.id {self.transactional_id} took over (fenced): is a second"
+                " cdcd running for this slot? This one stops; nothing it had not committed was confirmed"
+            )
+        return f"cannot {what}: {error.str()} (fatal)"
+
+    def _abort(self, what: str, error: KafkaError) -> None:
+        log.warning("Kafka transaction failed; aborting it and starting again from the last commit", error=error.str())
+        self._forget_open()
+        self._retrying("abort a Kafka transaction", lambda: self.producer.abort_transaction(1.0))
+        raise SinkRewind(f"cannot {what}: {error.str()}")
+
+    def _client_error(self, error: KafkaError) -> None:
+        if self._failure is None and error.code() in _FENCED:
+            self._failure = self._fatal("write", error)
+        super()._client_error(error)

@@ -1,0 +1,234 @@
+"""Exactly-once delivery (kafka.delivery: exactly_once) against the real broker: a mixed workload while cdcd is
+killed with SIGKILL again and again; a read_committed consumer must find every committed change exactly once,
+in commit order per key, while a read_uncommitted one shows that aborted Kafka transactions existed."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from tests.integration.conftest import STACK, Database, cdcd_env
+from tests.integration.kafka_harness import Event, Run
+from tests.integration.test_kafka import expected_events, observed
+from tests.integration.workload import Change, Model, Txn
+
+SCHEMA = """
+CREATE TABLE items (id int PRIMARY KEY, v text NOT NULL, n int);
+CREATE TABLE audit (id int PRIMARY KEY, v text NOT NULL, n int);
+ALTER TABLE audit REPLICA IDENTITY FULL;
+CREATE TABLE trunc (id int PRIMARY KEY);
+CREATE TABLE static (id int PRIMARY KEY, v text);
+CREATE PUBLICATION cdcd_pub FOR TABLE items, audit, trunc, static;
+"""
+STATIC_TOUCHED = range(1, 51)  # keys of `static` the workload updates while it is snapshotted
+EXACTLY_ONCE: dict[str, Any] = {"delivery": "exactly_once", "exactly_once": {"commit_interval_ms": 30}}
+
+
+class Workload:
+    """Sequential transactions of every kind, each remembered once its COMMIT returned."""
+
+    def __init__(self, db: Database) -> None:
+        self.db, self.model = db, Model()
+        self.truncates = 0
+        self.trunc_keys: list[int] = []
+        self.next_id = 1
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def _ids(self, count: int) -> list[int]:
+        first, self.next_id = self.next_id, self.next_id + count
+        return list(range(first, first + count))
+
+    def run(self) -> None:
+        try:
+            i = 0
+            while not self.stop.is_set():
+                self.one(i)
+                i += 1
+                time.sleep(0.005)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def one(self, i: int) -> None:
+        plain: list[Callable[[int], None]] = [self._plain] * 6
+        kinds = [*plain, self._savepoints, self._rolled_back, self._truncate]
+        if i % 12 == 5:
+            self._streamed(i)
+        else:
+            kinds[i % len(kinds)](i)
+
+    def _plain(self, i: int) -> None:
+        txn = Txn(self.db.dsn(), self.model)
+        for table in ("items", "audit"):
+            for id_ in self._ids(2):
+                txn.insert(table, id_, f"{table}-{id_}", i)
+            alive = sorted(txn.rows[table])
+            if len(alive) > 4:
+                txn.update(table, alive[-3], f"u{i}")
+                if i % 3 == 0:
+                    txn.delete(table, alive[-4])
+        if i % 7 == 0 and len(txn.rows["items"]) > 2:
+            txn.update_key("items", sorted(txn.rows["items"])[-1], self._ids(1)[0])
+        txn.commit()
+        txn_static = i % len(STATIC_TOUCHED)
+        self.db.execute("UPDATE static SET v = %s WHERE id = %s", [f"s{i}", STATIC_TOUCHED[txn_static]])
+
+    def _savepoints(self, i: int) -> None:
+        txn = Txn(self.db.dsn(), self.model)
+        txn.insert("items", self._ids(1)[0], f"before-sp-{i}")
+        txn.savepoint("a")
+        txn.insert("items", self._ids(1)[0], f"rolled-back-{i}")
+        txn.rollback_to("a")
+        txn.insert("audit", self._ids(1)[0], f"after-sp-{i}")
+        txn.commit()
+
+    def _rolled_back(self, i: int) -> None:
+        txn = Txn(self.db.dsn(), self.model)
+        txn.insert("items", self._ids(1)[0], f"never-{i}")
+        txn.rollback()
+
+    def _streamed(self, i: int) -> None:
+        """Larger than the walsender's logical_decoding_work_mem (64kB): streamed, with a rolled-back savepoint."""
+        txn = Txn(self.db.dsn(), self.model)
+        txn.insert_many("items", self._ids(600)[0], 600, f"big{i}-")
+        txn.savepoint("s")
+        txn.insert_many("audit", self._ids(300)[0], 300, f"gone{i}-")
+        txn.rollback_to("s")
+        txn.insert_many("audit", self._ids(300)[0], 300, f"kept{i}-")
+        txn.commit()
+
+    def _truncate(self, i: int) -> None:
+        key = self._ids(1)[0]
+        self.db.execute("INSERT INTO trunc VALUES (%s)", [key])
+        self.trunc_keys.append(key)
+        if i % 2 == 0:
+            self.db.execute("TRUNCATE trunc")
+            self.truncates += 1
+
+
+def request_snapshot(run: Run, table: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cdcd", "snapshot", "--config", str(run.tmp_path / "run.yaml"), "--table", table],
+        env=cdcd_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def key_of(change: Change) -> str:
+    before, after = change[2], change[3]
+    return (after or before or {})["id"]
+
+
+def per_key(changes: list[Change]) -> dict[tuple[str, str], list[Change]]:
+    out: dict[tuple[str, str], list[Change]] = defaultdict(list)
+    for change in changes:
+        out[change[1], key_of(change)].append(change)
+    return out
+
+
+def data(events: list[Event], run: Run, table: str) -> list[Event]:
+    return [e for e in events if e.topic == f"{run.prefix}.public.{table}"]
+
+
+def test_sigkill_at_random_points_every_committed_change_exactly_once(run15: Run) -> None:
+    run, db = run15, run15.db
+    db.execute(SCHEMA)
+    run.start(**EXACTLY_ONCE, tombstones_on_delete=True)
+    db.execute("INSERT INTO static SELECT i, 'row ' || i FROM generate_series(1, 3000) i")  # after the initial one
+    workload = Workload(db)
+    writer = threading.Thread(target=workload.run)
+    writer.start()
+    rng = random.Random(20261124)
+    kills = 0
+    try:
+        for round_ in range(22):
+            if round_ == 6:
+                request_snapshot(run, "public.static")
+            time.sleep(rng.uniform(0.2, 1.5))
+            assert run.stop(signal.SIGKILL) == -signal.SIGKILL
+            kills += 1
+            run.start(**EXACTLY_ONCE, tombstones_on_delete=True)
+    finally:
+        workload.stop.set()
+        writer.join()
+    assert workload.error is None, workload.error
+    run.wait_confirmed(180)
+    committed = run.read_to_end("read_committed")
+
+    # every committed row change exactly once, in commit order per key
+    expected = expected_events(workload.model)
+    for table in ("items", "audit"):
+        seen = observed(committed, run.prefix, table)
+        assert per_key(seen) == per_key(expected[table]), table
+    deletes = sum(1 for change in expected["items"] if change[0] == "d")
+    assert sum(1 for e in data(committed, run, "items") if e.value is None) == deletes  # tombstones
+    trunc = data(committed, run, "trunc")
+    assert sorted(e.value["after"]["id"] for e in trunc if e.value and e.value["op"] == "c") == workload.trunc_keys
+    assert sum(1 for e in trunc if e.value and e.value["op"] == "t") == workload.truncates
+
+    # the incremental snapshot (the initial one found the tables empty): each row at most once, every row nothing
+    # changed during it exactly once
+    snapshot_rows = Counter(_after(e)["id"] for e in data(committed, run, "static") if _op(e) == "r")
+    assert max(snapshot_rows.values()) == 1
+    assert set(snapshot_rows) >= set(range(STATIC_TOUCHED[-1] + 1, 3001))
+
+    # BEGIN and END of each transaction once
+    marks = Counter((_value(e)["status"], _value(e)["id"]) for e in committed if e.topic == f"{run.prefix}.transaction")
+    assert marks
+    assert max(marks.values()) == 1
+
+    # the kills left aborted Kafka transactions behind: only read_uncommitted sees their records
+    uncommitted = run.read_to_end("read_uncommitted")
+    assert len(uncommitted) > len(committed), "no aborted data: the test did not exercise Kafka transactions"
+    assert run.stop() == 0
+    assert kills == 22
+
+
+def _op(event: Event) -> Any:
+    return None if event.value is None else event.value["op"]
+
+
+def _value(event: Event) -> dict[str, Any]:
+    assert event.value is not None
+    return event.value
+
+
+def _after(event: Event) -> dict[str, Any]:
+    after: dict[str, Any] = _value(event)["after"]
+    return after
+
+
+def test_kafka_away_for_30s_inside_a_kafka_transaction_still_exactly_once(run15: Run) -> None:
+    run, db = run15, run15.db
+    db.execute(SCHEMA)
+    run.start(**EXACTLY_ONCE)
+    workload = Workload(db)
+    writer = threading.Thread(target=workload.run)
+    writer.start()
+    try:
+        time.sleep(2)
+        subprocess.run([str(STACK), "down", "kafka"], check=True)
+        for _ in range(30):
+            time.sleep(1)
+            run._check_alive()
+    finally:
+        workload.stop.set()
+        writer.join()
+        subprocess.run([str(STACK), "up", "kafka"], check=True)
+    assert workload.error is None, workload.error
+    run.wait_confirmed(240)
+    committed = run.read_to_end("read_committed")
+    expected = expected_events(workload.model)
+    for table in ("items", "audit"):
+        assert per_key(observed(committed, run.prefix, table)) == per_key(expected[table]), table
+    assert run.stop() == 0

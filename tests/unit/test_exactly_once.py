@@ -1,0 +1,237 @@
+"""Exactly-once delivery without a broker: the progress record, and the transactional sink's order of work
+(nothing confirmed before the Kafka commit, the record inside the transaction, skipping what was committed)
+against a recording stand-in for confluent-kafka's Producer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from cdcd.batches import SnapshotBatch
+from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.pgoutput.messages import RowChange
+from cdcd.progress import Progress
+from cdcd.replication.start import committed_snapshot
+from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
+from cdcd.sink import progress_topic as records
+from cdcd.sink.transactional import ExactlyOnceKafkaSink
+from cdcd.snapshot.state import SnapshotState, StateError, TableProgress
+from tests.unit.test_shaping import REL, Registry, shaper, txn
+
+SYSTEM = "7300000000000000001"
+
+
+def test_progress_record_round_trip() -> None:
+    committed = Committed(0x2000, 0x1FF0, {"slot": "s", "queue": []})
+    key, value = records.encode("s", SYSTEM, committed)
+    assert key == b"s"
+    assert records.decode(value, "s", SYSTEM, "__cdcd-progress-cdcd") == committed
+    assert json.loads(value)["version"] == records.VERSION
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (b"not json", "is not a cdcd progress record"),
+        (b'{"version": 1}', "is not a cdcd progress record"),
+        (records.encode("s", SYSTEM, Committed(1, 1, None))[1].replace(b'"version":1', b'"version":9'), "version 9"),
+        (records.encode("other", SYSTEM, Committed(1, 1, None))[1], "names slot 'other'"),
+        (records.encode("s", "42", Committed(1, 1, None))[1], "belongs to database system 42"),
+        (
+            records.encode("s", SYSTEM, Committed(1, 1, None))[1].replace(b'"snapshot":null', b'"snapshot":[1]'),
+            "not an",
+        ),
+    ],
+)
+def test_a_record_cdcd_cannot_use_is_an_error_naming_it(value: bytes, error: str) -> None:
+    with pytest.raises(records.ProgressTopicError, match=error):
+        records.decode(value, "s", SYSTEM, "__cdcd-progress-cdcd")
+
+
+def test_the_committed_snapshot_state_wins_over_the_state_file() -> None:
+    file_state = SnapshotState("s", initial="done", queue=[TableProgress("public.t", "incremental", last_key=["9"])])
+    kafka_state = SnapshotState("s", initial="done", queue=[TableProgress("public.t", "incremental", last_key=["5"])])
+    chosen = committed_snapshot(Committed(1, 1, kafka_state.to_json()), file_state, "s")
+    assert chosen is not None
+    assert chosen.queue[0].last_key == ["5"]
+    assert committed_snapshot(Committed(1, 1, None), file_state, "s") is file_state
+    with pytest.raises(StateError, match="belongs to slot 's'"):
+        committed_snapshot(Committed(1, 1, kafka_state.to_json()), None, "other")
+    with pytest.raises(StateError, match="unexpected layout"):
+        committed_snapshot(Committed(1, 1, {"slot": "s", "colour": 1}), None, "s")
+
+
+def test_progress_resumes_at_a_committed_position_and_discards_what_was_dropped() -> None:
+    progress = Progress()
+    progress.resume_at(500)
+    assert progress.flushed_lsn == progress.received_lsn == 500
+    entry = progress.open(600)
+    entry.outstanding += 1
+    progress.seal(entry)
+    progress.discard()
+    assert progress.pending == 0
+    assert progress.flushed_lsn == 500
+    progress.idle(700, in_transaction=False)
+    assert progress.flushed_lsn == 700
+
+
+# -- the sink's order of work ------------------------------------------------------------------------------
+
+
+class Producer:
+    """Records the calls the sink makes; ``failures`` are raised by the next calls of that name."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.failures: dict[str, list[KafkaError]] = {}
+
+    def _call(self, name: str, detail: Any = None) -> None:
+        pending = self.failures.get(name)
+        if pending:
+            raise KafkaException(pending.pop(0))
+        self.calls.append((name, detail))
+
+    def begin_transaction(self) -> None:
+        self._call("begin")
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._call("commit")
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._call("abort")
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **_: Any) -> None:
+        self.calls.append(("produce", (topic, key, value)))
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, timeout: float = 0) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return 0
+
+    def names(self) -> list[str]:
+        return [name if name != "produce" else f"produce {detail[0]}" for name, detail in self.calls]
+
+
+def sink(
+    snapshot_state: Callable[[], dict[str, Any] | None] = lambda: None,
+    snapshot_committed: Callable[[], None] = lambda: None,
+) -> tuple[ExactlyOnceKafkaSink, Producer]:
+    kafka = KafkaSettings(
+        bootstrap_servers="127.0.0.1:9",
+        delivery="exactly_once",
+        transaction_topic=False,
+        exactly_once={"commit_interval_ms": 60_000, "max_messages": 1_000_000},
+    )
+    out = ExactlyOnceKafkaSink(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"))
+    producer = Producer()
+    out.producer = producer  # type: ignore[assignment]
+    out.slot, out.system_id = "s", SYSTEM
+    out.start_session(SessionContext("shop", snapshot_state=snapshot_state, snapshot_committed=snapshot_committed))
+    out.shaper = shaper(Registry(), transaction_topic=False)
+    return out, producer
+
+
+def insert(key: int) -> RowChange:
+    return RowChange("insert", REL, None, (str(key), "x"), False, None, 0x80, 10)
+
+
+def test_nothing_is_confirmed_before_the_kafka_commit_which_carries_the_position() -> None:
+    out, producer = sink()
+    progress = Progress()
+    out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], progress)
+    out.write_transaction(txn(insert(2), commit_lsn=0x200), [insert(2)], progress)
+    assert progress.flushed_lsn == 0
+    assert progress.pending == 2
+    assert producer.names() == ["begin", "produce cdcd.public.t", "produce cdcd.public.t"]
+    out.flush(1.0)
+    assert producer.names()[-2:] == ["produce __cdcd-progress-cdcd", "commit"]
+    _, (_, key, value) = producer.calls[-2]
+    assert key == b"s"
+    assert records.decode(value, "s", SYSTEM, "__cdcd-progress-cdcd") == Committed(0x208, 0x200, None)
+    assert progress.flushed_lsn == 0x208
+    assert progress.pending == 0
+
+
+def test_what_the_last_commit_covered_is_not_written_again() -> None:
+    out, producer = sink()
+    out._committed = Committed(0x208, 0x200, None)
+    progress = Progress()
+    seen: list[RowChange] = []
+
+    def changes(change: RowChange) -> Iterator[RowChange]:
+        seen.append(change)
+        yield change
+
+    for lsn in (0x100, 0x200, 0x300):
+        out.write_transaction(txn(insert(lsn), commit_lsn=lsn), changes(insert(lsn)), progress)
+    assert len(seen) == 3  # every transaction's changes are still read (a snapshot window sees them)
+    assert producer.names() == ["begin", "produce cdcd.public.t"]
+    assert progress.flushed_lsn == 0x208  # the skipped ones are finished; the written one waits for the commit
+
+
+def test_snapshot_progress_goes_into_the_record_of_the_transaction_holding_the_rows() -> None:
+    state = {"rows": 0}
+    saved_after: list[list[str]] = []
+    out, producer = sink(lambda: dict(state), lambda: saved_after.append(producer.names()))
+    progress = Progress()
+
+    def done() -> None:
+        state["rows"] += 2
+
+    batch = SnapshotBatch(REL, [("1", "a"), ("2", "b")], 0x50, 0, "true", done=done)
+    out.write_snapshot(batch, progress)
+    assert state["rows"] == 0
+    out.flush(1.0)
+    _, (_, _, value) = producer.calls[-2]
+    assert records.decode(value, "s", SYSTEM, "__cdcd-progress-cdcd").snapshot == {"rows": 2}
+    assert [names[-1] for names in saved_after] == ["commit"]  # the state file: only once Kafka committed
+    assert progress.flushed_lsn == 0x50
+
+
+def test_an_abortable_commit_failure_aborts_and_rewinds_without_confirming() -> None:
+    out, producer = sink()
+    progress = Progress()
+    out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], progress)
+    producer.failures["commit"] = [KafkaError(KafkaError._TIMED_OUT, "broker away", retriable=True)]
+    producer.failures["commit"].append(KafkaError(KafkaError._OUTDATED, "lost", txn_requires_abort=True))
+    with pytest.raises(SinkRewind, match="lost"):
+        out.flush(1.0)
+    assert producer.names()[-1] == "abort"
+    assert progress.flushed_lsn == 0
+    out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], Progress())
+    assert producer.names()[-2] == "begin"  # a new Kafka transaction, after the abort
+
+
+def test_a_fenced_producer_stops_with_a_message_naming_the_cause() -> None:
+    out, producer = sink()
+    producer.failures["begin"] = [KafkaError(KafkaError._FENCED, "fenced", fatal=True)]
+    with pytest.raises(SinkFailure, match="took over \\(fenced\\): is a second cdcd running"):
+        out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], Progress())
+
+
+def test_a_new_session_commits_the_last_sessions_whole_transactions_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    out, producer = sink()
+    monkeypatch.setattr(records, "read_last", lambda *_: None)
+    progress = Progress()
+    out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], progress)
+    assert (
+        out.committed("s", SYSTEM, slot_created=False, keep_alive=lambda: None) is None
+    )  # no record yet: the slot's position
+    assert producer.names()[-2:] == ["produce __cdcd-progress-cdcd", "commit"]
+    assert progress.flushed_lsn == 0x108
+
+
+def test_before_its_first_session_the_sink_is_not_ready_and_holds_nothing() -> None:
+    kafka = KafkaSettings(bootstrap_servers="127.0.0.1:9", delivery="exactly_once")
+    out = ExactlyOnceKafkaSink(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"))
+    assert not out.ready()
+    assert out.in_flight() == 0
+    out.close()
