@@ -22,6 +22,10 @@ Then, one after the other (they would compete for the two cores otherwise), per 
   per transaction with a published row; exit 1 if not), cdcd gets SIGTERM (it must exit 0) and its topics and
   registry subjects are deleted.
 
+``txeo`` and ``notxeo`` (not run by default) are ``tx`` and ``notx`` with ``kafka.delivery: exactly_once``:
+Kafka transactions, the progress topic written in each; their messages are counted by a read_committed
+consumer (commit markers take offsets too).
+
 ``txpy`` and ``notxpy`` (not run by default) are ``tx`` and ``notx`` with ``CDCD_IMPL=python``: the
 Python reference alone, without the compiled row stage (cdcd._native), for a same-invocation comparison.
 
@@ -84,7 +88,7 @@ from typing import Any
 
 import psycopg
 import yaml
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from drain import (
@@ -128,11 +132,14 @@ class Variant:
     transaction_topic: bool  # kafka.transaction_topic
     where: str | None = None  # row filter on the bench table, in a publication of cdcd's config (publish: insert)
     impl: str | None = None  # CDCD_IMPL of the run (None: cdcd's default, the compiled row stage when built)
+    delivery: str = "at_least_once"  # kafka.delivery
 
 
 VARIANTS = {
     "tx": Variant(True),
     "notx": Variant(False),
+    "txeo": Variant(True, delivery="exactly_once"),
+    "notxeo": Variant(False, delivery="exactly_once"),
     "txpy": Variant(True, impl="python"),
     "notxpy": Variant(False, impl="python"),
     "filter": Variant(True, FILTER_ALL),
@@ -353,6 +360,7 @@ class KafkaBench(Bench):
                 "bootstrap_servers": args.bootstrap_servers,
                 "topic_prefix": prefix,
                 "transaction_topic": transaction_topic,
+                "delivery": VARIANTS[variant].delivery,
             },
             schema_registry={"url": args.registry},
             metrics={"listen": "127.0.0.1:0"},
@@ -372,7 +380,8 @@ class KafkaBench(Bench):
         if watch.exited is not None:
             raise BenchError(f"cdcd exited {watch.exited.code} before reaching the end LSN:\n{_log_tail(log)}")
         hwm = _vm_hwm_kib(proc.pid)
-        messages = self.count_messages(prefix)  # before SIGTERM: what Kafka held when the end LSN was confirmed
+        # before SIGTERM: what Kafka held when the end LSN was confirmed
+        messages = self.count_messages(prefix, committed=VARIANTS[variant].delivery == "exactly_once")
         exited = self.stop_cdcd(proc, log)
         self.delete_topics(prefix)
         label = f"cdcd {variant}" + (" (cProfile)" if profile is not None else "")
@@ -404,28 +413,37 @@ class KafkaBench(Bench):
             name: list(topic.partitions) for name, topic in metadata.topics.items() if name.startswith(f"{prefix}.")
         }
 
-    def count_messages(self, prefix: str) -> dict[str, int]:
-        """Messages per topic under ``prefix`` (the prefix and its dot removed): sum of high - low watermarks."""
+    def count_messages(self, prefix: str, committed: bool = False) -> dict[str, int]:
+        """Messages per topic under ``prefix`` (the prefix and its dot removed): sum of high - low watermarks, or,
+        with ``committed`` (Kafka transactions: their commit markers take offsets too), the messages a
+        read_committed consumer reads to the end of each partition."""
         consumer = Consumer(
             {
                 "bootstrap.servers": self.args.bootstrap_servers,
                 "group.id": f"{prefix}-count",
                 "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
             }
         )
         counts: Counter[str] = Counter()
         try:
             for topic, partitions in self._topics(prefix).items():
+                name = topic.removeprefix(f"{prefix}.")
                 for partition in partitions:
-                    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-                    counts[topic.removeprefix(f"{prefix}.")] += high - low
+                    if committed:
+                        counts[name] += _count_committed(consumer, TopicPartition(topic, partition))
+                    else:
+                        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+                        counts[name] += high - low
         finally:
             consumer.close()
         return dict(counts)
 
     def delete_topics(self, prefix: str) -> None:
-        """Delete the topics and the registry subjects under ``prefix``."""
-        topics = list(self._topics(prefix))
+        """Delete the topics and the registry subjects under ``prefix`` (and its exactly-once progress topic)."""
+        progress = f"__cdcd-progress-{prefix}"
+        topics = list(self._topics(prefix)) + [progress] * (progress in self.kafka.list_topics(timeout=30).topics)
         if topics:
             for topic, future in self.kafka.delete_topics(topics, operation_timeout=30).items():
                 try:
@@ -452,6 +470,25 @@ class KafkaBench(Bench):
             except (BenchError, KafkaException) as exc:
                 problems.append(f"cannot delete the topics under {prefix}: {exc}")
         return problems
+
+
+def _count_committed(consumer: Consumer, partition: TopicPartition) -> int:
+    """Messages a read_committed consumer reads from the start to the end of ``partition``."""
+    partition.offset = OFFSET_BEGINNING
+    consumer.assign([partition])
+    count = 0
+    while True:
+        messages = consumer.consume(10_000, timeout=30)
+        if not messages:
+            raise BenchError(f"cannot count {partition.topic}: no end of partition within 30 s")
+        for message in messages:
+            error = message.error()
+            if error is None:
+                count += 1
+            elif error.code() == KafkaError._PARTITION_EOF:
+                return count
+            else:
+                raise BenchError(f"cannot count {partition.topic}: {error.str()}")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
