@@ -89,7 +89,7 @@ from typing import Any
 import psycopg
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from drain import (
     POLL_S,
@@ -367,6 +367,8 @@ class KafkaBench(Bench):
         )
         if where is not None:
             _set_filter(cmd, where)
+        if VARIANTS[variant].delivery == "exactly_once":
+            self.create_progress_topic(prefix)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CDCD_")}
         impl = VARIANTS[variant].impl
         if impl is not None:
@@ -412,6 +414,14 @@ class KafkaBench(Bench):
         return {
             name: list(topic.partitions) for name, topic in metadata.topics.items() if name.startswith(f"{prefix}.")
         }
+
+    def create_progress_topic(self, prefix: str) -> None:
+        """The slot exists before cdcd starts: exactly-once wants its (empty) progress topic made for it too."""
+        topic = NewTopic(f"__cdcd-progress-{prefix}", num_partitions=1, config={"cleanup.policy": "compact"})
+        try:
+            self.kafka.create_topics([topic], operation_timeout=30)[topic.topic].result(timeout=60)
+        except KafkaException as exc:
+            raise BenchError(f"cannot create {topic.topic}: {exc}") from None
 
     def count_messages(self, prefix: str, committed: bool = False) -> dict[str, int]:
         """Messages per topic under ``prefix`` (the prefix and its dot removed): sum of high - low watermarks, or,
