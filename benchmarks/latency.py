@@ -104,13 +104,13 @@ class Reader:
     def _run(self, consumer: Consumer) -> None:
         try:
             while not self.stop.is_set():
-                for message in consumer.consume(1000, timeout=0.05):
-                    now = time.perf_counter_ns()
-                    if message.error() is not None:
-                        continue  # the topic's partition not there yet: cdcd makes it with the first event
-                    key = message.key()
-                    if key is not None and message.value() is not None:
-                        self.received[zigzag_long(key)] = now
+                message = consumer.poll(0.05)  # consume(n) would wait for n messages or its timeout
+                now = time.perf_counter_ns()
+                if message is None or message.error() is not None:
+                    continue  # an error: the topic's partition not there yet (cdcd makes it with the first event)
+                key = message.key()
+                if key is not None and message.value() is not None:
+                    self.received[zigzag_long(key)] = now
         except KafkaException as exc:
             self.error = str(exc)
         finally:
