@@ -151,7 +151,10 @@ class KafkaSink:
         by now is dropped: it was never confirmed, so the next run sends it again."""
         if hasattr(self, "producer"):  # an exactly-once sink makes it when its first session starts
             self.producer.purge()
-            self.producer.close()  # flushes: after the purge, only the purged messages' reports
+            try:
+                self.producer.close()  # flushes: after the purge, only the purged messages' reports
+            except KafkaException as exc:  # e.g. a fenced transactional producer: nothing left to confirm
+                log.warning("Kafka producer closed with an error", error=exc.args[0].str())
             del self.producer
         del self.admin
 

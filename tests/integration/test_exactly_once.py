@@ -14,6 +14,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.integration.conftest import STACK, Database, cdcd_env
 from tests.integration.kafka_harness import Event, Run
 from tests.integration.test_kafka import expected_events, observed
@@ -232,3 +234,50 @@ def test_kafka_away_for_30s_inside_a_kafka_transaction_still_exactly_once(run15:
     for table in ("items", "audit"):
         assert per_key(observed(committed, run.prefix, table)) == per_key(expected[table]), table
     assert run.stop() == 0
+
+
+def test_a_second_instance_fences_the_first_whose_open_transaction_is_never_seen(run15: Run) -> None:
+    run, db = run15, run15.db
+    db.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION cdcd_pub FOR TABLE t")
+    # The first instance keeps its Kafka transaction open (it would commit after 10 minutes).
+    run.start(delivery="exactly_once", exactly_once={"commit_interval_ms": 600_000, "max_messages": 10**9})
+    first = run.proc
+    assert first is not None
+    db.execute("INSERT INTO t SELECT generate_series(1, 10)")
+    wait_for(lambda: len(data(run.read_to_end("read_uncommitted"), run, "t")) >= 10, "the first never produced")
+    first.send_signal(signal.SIGSTOP)  # a paused process: its session to PostgreSQL is ended under it
+    try:
+        db.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = %s", [run.slot])
+        active = "SELECT active FROM pg_replication_slots WHERE slot_name = %s"
+        wait_for(lambda: not db.execute(active, [run.slot])[0][0], "the first's walsender never ended")
+        run.start(**EXACTLY_ONCE)  # the second: same slot, same transactional.id
+        db.execute("INSERT INTO t SELECT generate_series(11, 20)")
+        run.wait_confirmed()
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert first.wait(timeout=60) == 1
+    log = run.log.read_text()
+    # It stops when it finds the slot taken (or, had it written to Kafka first, as fenced); either way its open
+    # Kafka transaction was aborted by the second's fencing, which librdkafka reports.
+    assert "This instance has been fenced by a newer instance" in log
+    assert "slot 's_" in log or "took over (fenced)" in log
+    assert "Traceback" not in log
+    committed = Counter(_after(e)["id"] for e in data(run.read_to_end(), run, "t") if _op(e) == "c")
+    assert committed == Counter(range(1, 21))
+    assert run.stop() == 0
+
+
+def test_a_missing_progress_topic_for_an_existing_slot_stops_cdcd_at_start(run15: Run) -> None:
+    run, db = run15, run15.db
+    db.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION cdcd_pub FOR TABLE t")
+    db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [run.slot])
+    with pytest.raises(AssertionError, match="cdcd run exited 1"):
+        run.start(delivery="exactly_once", exactly_once={"progress_topic": f"missing-{run.prefix}"})
+    assert f"progress topic missing-{run.prefix} does not exist, but slot {run.slot} does" in run.log.read_text()
+
+
+def wait_for(condition: Callable[[], bool], what: str = "condition", timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
