@@ -83,8 +83,12 @@ def test_sigterm_while_kafka_is_unreachable_stops_at_once_and_confirms_nothing(d
     confirmed: the slot still has it for the next run."""
     db.execute(SCHEMA)
     run.start(bootstrap_servers="127.0.0.1:9")  # discard port: connections are refused
-    start_lsn = db.execute("SELECT pg_current_wal_lsn()::text")[0][0]
-    db.execute("INSERT INTO items (id, v, n) VALUES (1, 'x', 1)")
+    # A position inside the transaction, after its insert and before its commit: confirming the transaction
+    # means confirming its commit, past this. (The server's WAL write position, taken before the insert, was
+    # too early: a keepalive may rightly confirm WAL inserted before the transaction and not yet written then.)
+    with db.connect() as conn, conn.transaction():
+        conn.execute("INSERT INTO items (id, v, n) VALUES (1, 'x', 1)")
+        inside = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]  # type: ignore[index]
     assert run.proc is not None
     time.sleep(5)  # the change reaches the sink, which waits for the broker to make its topic (up to 60 s)
     run._check_alive()
@@ -97,6 +101,6 @@ def test_sigterm_while_kafka_is_unreachable_stops_at_once_and_confirms_nothing(d
     assert elapsed < 5, f"took {elapsed:.1f}s to stop:\n{log[-3000:]}"
     assert '"event": "stopped"' in log
     confirmed = db.execute(
-        "SELECT confirmed_flush_lsn <= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s", [start_lsn, run.slot]
+        "SELECT confirmed_flush_lsn <= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s", [inside, run.slot]
     )[0][0]
     assert confirmed, "the slot was confirmed past a change Kafka never had"
