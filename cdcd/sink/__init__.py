@@ -6,6 +6,7 @@ asynchronously) and raises from ``poll`` once delivery has failed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -49,6 +50,21 @@ class SessionContext:
     plans: Plans = field(default_factory=Plans)  # the session's table plans, shared with the row filter
     snapshot_state: Callable[[], dict[str, Any] | None] = lambda: None  # committed with the data (exactly-once)
     snapshot_committed: Callable[[], None] = lambda: None  # after such a commit: save the state file too
+
+
+class AtLeastOnce:
+    """What a sink without atomic position commits has for ``Sink``'s exactly-once part: after a restart it may
+    write again what it wrote beyond the slot's confirmed position."""
+
+    transactional = False
+
+    def committed(
+        self, slot: str, system_id: str, slot_created: bool, keep_alive: Callable[[], None]
+    ) -> Committed | None:
+        return None
+
+    def wake_in(self) -> float:
+        return math.inf
 
 
 class Sink(Protocol):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import BinaryIO
@@ -19,7 +18,7 @@ from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, RowChange, Truncate, Value
 from cdcd.plan import JsonShape, Plans, RelationPlan, RowWriter
 from cdcd.progress import Progress
-from cdcd.sink import Committed, SessionContext
+from cdcd.sink import AtLeastOnce, SessionContext
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring
 _OPS = {"insert": "c", "update": "u", "delete": "d"}
@@ -56,10 +55,8 @@ def _row_writer(relation: Relation) -> RowWriter:
     return write
 
 
-class JsonLinesSink:
+class JsonLinesSink(AtLeastOnce):
     """Writes transactions synchronously; a transaction is done once its lines are flushed."""
-
-    transactional = False
 
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
@@ -67,15 +64,6 @@ class JsonLinesSink:
         self.rows_written = 0
         self.events: Counter[tuple[str, str]] = Counter()  # (table, op) -> lines written
         self.delivery_errors = 0
-
-    def committed(
-        self, slot: str, system_id: str, slot_created: bool, keep_alive: Callable[[], None]
-    ) -> Committed | None:
-        """At-least-once: a restart may write again what was written after the last confirmed position."""
-        return None
-
-    def wake_in(self) -> float:
-        return math.inf
 
     def in_flight(self) -> int:
         return 0  # written synchronously

@@ -10,7 +10,6 @@ keys, envelopes, tombstones, key changes, transaction metadata) is ``cdcd.shapin
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -28,7 +27,7 @@ from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import Change, LogicalMessage
 from cdcd.progress import Entry, Progress
 from cdcd.shaping import Emit, EventShaper, Headers
-from cdcd.sink import Committed, SessionContext, SinkFailure
+from cdcd.sink import AtLeastOnce, SessionContext, SinkFailure
 
 log = structlog.get_logger("cdcd.sink.kafka")
 
@@ -39,9 +38,7 @@ Acked = Callable[[KafkaError | None, Message], None]
 _FATAL_CLIENT_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
 
 
-class KafkaSink:
-    transactional = False
-
+class KafkaSink(AtLeastOnce):
     def __init__(self, kafka: KafkaSettings, registry: SchemaRegistrySettings) -> None:
         self.settings = kafka
         self.producer: Producer
@@ -89,15 +86,6 @@ class KafkaSink:
             **fixed,
         }
         return Producer(config)
-
-    def committed(
-        self, slot: str, system_id: str, slot_created: bool, keep_alive: Callable[[], None]
-    ) -> Committed | None:
-        """At-least-once: a restart sends again what Kafka had beyond the slot's confirmed position."""
-        return None
-
-    def wake_in(self) -> float:
-        return math.inf
 
     def in_flight(self) -> int:
         return len(self.producer)
@@ -173,8 +161,7 @@ class KafkaSink:
 
     def _emitter(self, progress: Progress, entry: Entry) -> Emit:
         """Produce each record for ``entry``: it is finished once Kafka acknowledged every one."""
-        failed, producer = self._failed, self.producer
-        produce = producer.produce
+        failed = self._failed
 
         def acked(error: KafkaError | None, message: Message) -> None:
             if error is None:
@@ -182,13 +169,19 @@ class KafkaSink:
             else:
                 failed(str(message.topic()), error)
 
+        return self._producing(acked, entry)
+
+    def _producing(self, acked: Acked | None, entry: Entry | None) -> Emit:
+        """Produce each record, with ``acked`` as its delivery report; each counts as outstanding work of
+        ``entry`` (None: neither, as in a Kafka transaction, whose commit fails if a message failed)."""
+        producer = self.producer
+        produce = producer.produce
+
         def emit(topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
-            entry.outstanding += 1
+            if entry is not None:
+                entry.outstanding += 1
             try:
-                if headers is None:
-                    produce(topic, value, key, on_delivery=acked)
-                else:
-                    produce(topic, value, key, on_delivery=acked, headers=headers)
+                produce(topic, value, key, on_delivery=acked, headers=headers)
             except BufferError:  # the local queue is full: wait for Kafka, never drop
                 self._produce_when_room(topic, key, value, acked, headers)
             self.produced += 1
@@ -200,16 +193,13 @@ class KafkaSink:
     def _produce_when_room(
         self, topic: str, key: bytes | None, value: bytes | None, acked: Acked | None, headers: Headers | None
     ) -> None:
-        extra: dict[str, Any] = {} if acked is None else {"on_delivery": acked}
-        if headers is not None:
-            extra["headers"] = headers
         while True:
             self.producer.poll(0.1)
             self._note_progress()
             self._raise_failure()
             self.keep_alive()  # status updates go on while blocked, or the server drops us
             try:
-                self.producer.produce(topic, value, key, **extra)
+                self.producer.produce(topic, value, key, on_delivery=acked, headers=headers)
                 return
             except BufferError:
                 continue

@@ -37,6 +37,10 @@ _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.
 _READ_TIMEOUT_S = 30.0
 
 
+def _not_started(topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
+    raise RuntimeError("the exactly-once sink writes only once its session started (Sink.committed)")
+
+
 class ExactlyOnceKafkaSink(KafkaSink):
     transactional = True
 
@@ -55,7 +59,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
         self._progress: Progress | None = None
         self._position = -1  # start LSN of the last stream record written
         self._committed = Committed(0, -1, None)
-        self._emit = self._transactional_emitter()
+        self._emit: Emit = _not_started
 
     def _start_producer(self) -> None:
         """Made by ``committed``: the transactional.id needs the database system id."""
@@ -115,6 +119,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
             }
         )
         self._retrying("initialize Kafka transactions", lambda: self.producer.init_transactions(1.0))
+        self._emit = self._producing(None, None)  # no delivery reports: the commit fails if a message failed
 
     def _progress_topic_missing(self, slot_created: bool) -> None:
         topic = self.progress_topic
@@ -166,24 +171,6 @@ class ExactlyOnceKafkaSink(KafkaSink):
         self.shaper.snapshot(batch, self._emit)
         progress.seal(entry)
         self._commit_if_due()
-
-    def _transactional_emitter(self) -> Emit:
-        """Produce without delivery reports: the commit fails if any message failed."""
-
-        def emit(topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
-            producer = self.producer
-            try:
-                if headers is None:
-                    producer.produce(topic, value, key)
-                else:
-                    producer.produce(topic, value, key, headers=headers)
-            except BufferError:  # the local queue is full: wait for Kafka, never drop
-                self._produce_when_room(topic, key, value, None, headers)
-            self.produced += 1
-            if self.produced % 1000 == 0:
-                producer.poll(0)
-
-        return emit
 
     def _hold(self, entry: Entry, progress: Progress) -> Entry:
         """``entry`` is finished when the Kafka transaction it is written in commits; open one if none is."""

@@ -114,6 +114,13 @@ def close_bounded(consumer: Any, timeout: float = 30) -> None:
 
 
 @pytest.fixture(scope="session")
+def avroread() -> Path:
+    """The Go reader, (re)built by the Makefile from tools/avroread."""
+    subprocess.run(["make", "-s", "avroread"], cwd=ROOT, check=True)
+    return ROOT / "build" / "avroread"
+
+
+@pytest.fixture(scope="session")
 def pg15() -> PgServer:
     """PostgreSQL 15 (Debian's), for tests that run on one version only."""
     return start_pg("15")

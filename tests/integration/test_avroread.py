@@ -31,7 +31,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.conftest import ROOT, Database, PgServer
+from tests.integration.conftest import Database, PgServer
 from tests.integration.kafka_harness import Event, Run, scratch_run
 
 pytestmark = pytest.mark.integration
@@ -131,13 +131,6 @@ def assert_same(path: str, got: Any, want: Any) -> None:
             assert_same(f"{path}[{i}]", g, w)
     else:
         assert json.dumps(got) == json.dumps(want), f"{path}: avroread {got!r} != {want!r}"
-
-
-@pytest.fixture(scope="module")
-def avroread() -> Path:
-    """The Go reader, (re)built by the Makefile from tools/avroread."""
-    subprocess.run(["make", "-s", "avroread"], cwd=ROOT, check=True)
-    return ROOT / "build" / "avroread"
 
 
 def read_topics(binary: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

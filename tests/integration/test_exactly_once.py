@@ -4,6 +4,7 @@ in commit order per key, while a read_uncommitted one shows that aborted Kafka t
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -12,12 +13,14 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import STACK, Database, cdcd_env
 from tests.integration.kafka_harness import Event, Run
+from tests.integration.test_avroread import read_topics
 from tests.integration.test_kafka import expected_events, observed
 from tests.integration.workload import Change, Model, Txn
 
@@ -142,7 +145,7 @@ def data(events: list[Event], run: Run, table: str) -> list[Event]:
     return [e for e in events if e.topic == f"{run.prefix}.public.{table}"]
 
 
-def test_sigkill_at_random_points_every_committed_change_exactly_once(run15: Run) -> None:
+def test_sigkill_at_random_points_every_committed_change_exactly_once(run15: Run, avroread: Path) -> None:
     run, db = run15, run15.db
     db.execute(SCHEMA)
     run.start(**EXACTLY_ONCE, tombstones_on_delete=True)
@@ -192,6 +195,14 @@ def test_sigkill_at_random_points_every_committed_change_exactly_once(run15: Run
     # the kills left aborted Kafka transactions behind: only read_uncommitted sees their records
     uncommitted = run.read_to_end("read_uncommitted")
     assert len(uncommitted) > len(committed), "no aborted data: the test did not exercise Kafka transactions"
+
+    # the Go reader (franz-go, read_committed) sees exactly what the read_committed consumer saw
+    read = read_topics(avroread, run.env, "-regex", f"{run.prefix}\\..*")
+    assert read.returncode == 0, read.stderr
+    lines = [json.loads(line) for line in read.stdout.splitlines()]
+    assert sorted((x["topic"], x["partition"], x["offset"]) for x in lines) == sorted(
+        (e.topic, e.partition, e.offset) for e in committed
+    )
     assert run.stop() == 0
     assert kills == 22
 

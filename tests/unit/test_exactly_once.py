@@ -104,7 +104,8 @@ class Producer:
     def abort_transaction(self, timeout: float) -> None:
         self._call("abort")
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **_: Any) -> None:
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **options: Any) -> None:
+        assert options.get("on_delivery") is None  # no report per message in a Kafka transaction
         self.calls.append(("produce", (topic, key, value)))
 
     def poll(self, timeout: float = 0) -> int:
@@ -133,6 +134,7 @@ def sink(
     out = ExactlyOnceKafkaSink(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"))
     producer = Producer()
     out.producer = producer  # type: ignore[assignment]
+    out._emit = out._producing(None, None)  # what `committed` sets up with the real producer
     out.slot, out.system_id = "s", SYSTEM
     out.start_session(SessionContext("shop", snapshot_state=snapshot_state, snapshot_committed=snapshot_committed))
     out.shaper = shaper(Registry(), transaction_topic=False)

@@ -3,7 +3,8 @@
 //	{"topic": ..., "partition": ..., "offset": ..., "key": ..., "value": ..., "headers": [...],
 //	 "key_schema_id": ..., "value_schema_id": ...}
 //
-// It reads each topic from its first offset to the end it had when avroread started, resolves the schema id of
+// It reads each topic from its first offset to the end it had when avroread started (read_committed: records of
+// aborted or still open Kafka transactions are never printed), resolves the schema id of
 // every key and value through a Confluent-compatible registry (GET /schemas/ids/{id}) and decodes the Avro body
 // with github.com/hamba/avro/v2. It shares no code with cdcd: it is the independent check of cdcd's output.
 //
@@ -108,7 +109,13 @@ func main() {
 func run(opts options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opts.timeout)
 	defer cancel()
-	client, err := kgo.NewClient(kgo.SeedBrokers(opts.brokers))
+	// read_committed: never the records of an aborted or open Kafka transaction (cdcd's exactly-once delivery);
+	// the transactions' commit and abort markers are kept only to see where each partition ends.
+	client, err := kgo.NewClient(
+		kgo.SeedBrokers(opts.brokers),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)
 	if err != nil {
 		return usageError{fmt.Sprintf("-bootstrap-servers %q: %v", opts.brokers, err)}
 	}
@@ -159,7 +166,7 @@ func selectTopics(ctx context.Context, adm *kadm.Client, opts options) ([]string
 
 type span struct{ start, end int64 } // offsets [start, end) to read
 
-// offsetRanges: per topic and partition, from the log start offset to the high watermark at this moment.
+// offsetRanges: per topic and partition, from the log start offset to the last stable offset at this moment.
 func offsetRanges(ctx context.Context, adm *kadm.Client, topics []string) (map[string]map[int32]span, error) {
 	starts, err := adm.ListStartOffsets(ctx, topics...)
 	if err == nil {
@@ -168,7 +175,7 @@ func offsetRanges(ctx context.Context, adm *kadm.Client, topics []string) (map[s
 	if err != nil {
 		return nil, fmt.Errorf("listing start offsets: %w", err)
 	}
-	ends, err := adm.ListEndOffsets(ctx, topics...)
+	ends, err := adm.ListCommittedOffsets(ctx, topics...) // the last stable offset: read_committed's end
 	if err == nil {
 		err = ends.Error()
 	}
@@ -216,13 +223,15 @@ func consume(ctx context.Context, client *kgo.Client, ranges map[string]map[int3
 			if failed != nil || !ok || r.Offset >= s.end {
 				return // read past the end avroread started with
 			}
-			line, err := dec.message(ctx, r)
-			if err != nil {
-				failed = fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
-				return
+			if !r.Attrs.IsControl() {
+				line, err := dec.message(ctx, r)
+				if err != nil {
+					failed = fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+					return
+				}
+				out.Write(line)
+				out.WriteByte('\n')
 			}
-			out.Write(line)
-			out.WriteByte('\n')
 			if r.Offset+1 >= s.end {
 				remaining--
 			}
