@@ -35,6 +35,7 @@ log = structlog.get_logger("cdcd.sink.kafka")
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 _READ_TIMEOUT_S = 30.0
+_WAITING_LOG_S = 30.0  # how often a wait for Kafka (retriable errors) is logged
 
 
 def _not_started(topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
@@ -233,7 +234,9 @@ class ExactlyOnceKafkaSink(KafkaSink):
 
     def _retrying(self, what: str, call: Callable[[], None]) -> None:
         """``call`` until it succeeds: retriable errors (Kafka away, a timeout) are retried with status updates
-        going on; an abortable one aborts the transaction and rewinds; a fatal one (fenced) stops."""
+        going on (logged every ``_WAITING_LOG_S``); an abortable one aborts the transaction and rewinds; a fatal
+        one (fenced) stops."""
+        logged_at = None
         while True:
             try:
                 call()
@@ -247,6 +250,11 @@ class ExactlyOnceKafkaSink(KafkaSink):
                 self._abort(what, error)
             if not error.retriable():
                 raise SinkFailure(f"cannot {what}: {error.str()}")
+            now = time.monotonic()
+            if logged_at is None or now - logged_at >= _WAITING_LOG_S:
+                # e.g. a broker without a transaction coordinator (transaction.state.log.* above the brokers)
+                log.warning("waiting for Kafka", to=what, error=error.str())
+                logged_at = now
             self.keep_alive()
 
     def _fatal(self, what: str, error: KafkaError) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from cdcd.batches import SnapshotBatch
@@ -204,8 +205,9 @@ def test_an_abortable_commit_failure_aborts_and_rewinds_without_confirming() -> 
     out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], progress)
     producer.failures["commit"] = [KafkaError(KafkaError._TIMED_OUT, "broker away", retriable=True)]
     producer.failures["commit"].append(KafkaError(KafkaError._OUTDATED, "lost", txn_requires_abort=True))
-    with pytest.raises(SinkRewind, match="lost"):
+    with structlog.testing.capture_logs() as logs, pytest.raises(SinkRewind, match="lost"):
         out.flush(1.0)
+    assert [e["error"] for e in logs if e["event"] == "waiting for Kafka"] == ["broker away"]  # the retried one
     assert producer.names()[-1] == "abort"
     assert progress.flushed_lsn == 0
     out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], Progress())
