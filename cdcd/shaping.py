@@ -5,8 +5,8 @@ through the ``Registry`` passed in; sending the records is the sink's job.
 
 The rules of Debezium's PostgreSQL connector:
 
-* Table changes go to ``<prefix>.<schema>.<table>``, keyed by the replica identity (no key under REPLICA
-  IDENTITY FULL, where pgoutput flags every column), with op ``c``/``u``/``d`` (``r`` for snapshot rows).
+* Table changes go to ``<prefix>.<schema>.<table>``, keyed by the replica identity (under REPLICA IDENTITY
+  FULL by the primary key, which the decoder flags), with op ``c``/``u``/``d`` (``r`` for snapshot rows).
 * A delete is followed by a tombstone (null value) under its key, unless ``tombstones_on_delete`` is off.
 * An update that changes the key becomes a delete of the old key (plus tombstone) and a create under the new
   key, so each key's history stays in one partition; the delete names the new key in a ``__debezium.newkey``
@@ -313,9 +313,7 @@ class EventShaper:
         schemas = build_schemas(relation, self.prefix, dict(self.types))
         topic = topic_name(self.prefix, relation.schema, relation.name)
         self.registry.ensure_topic(topic)
-        # Under REPLICA IDENTITY FULL pgoutput flags every column as key: that is no row identity to key by.
-        keyless = schemas.key is None or relation.replica_identity == "f"
-        key_header = None if keyless else wire_header(self.registry.schema_id(f"{topic}-key", schemas.key))  # type: ignore[arg-type]
+        key_header = None if schemas.key is None else wire_header(self.registry.schema_id(f"{topic}-key", schemas.key))
         value_header = wire_header(self.registry.schema_id(f"{topic}-value", schemas.envelope))
         plan.wire = Wire(topic, EnvelopeEncoder(schemas, native=self.native), key_header, value_header)
         return plan.wire

@@ -9,8 +9,8 @@ whose names sanitize to the same field name are a SchemaError (no silent renamin
 columns are added or dropped).
 
 Value: every column, each ``["null", T]`` with default null (pgoutput does not say which columns are NOT
-NULL, and a key column can be null in ``before`` when the old tuple only carries the key). Key: the replica
-identity columns (``is_key``), not nullable; None when there are none (REPLICA IDENTITY NOTHING, or FULL).
+NULL, and a key column can be null in ``before`` when the old tuple only carries the key). Key: the columns
+flagged ``is_key`` (the replica identity; under FULL the primary key), not nullable; None when there are none.
 
 Envelope fields, in order: before, after (["null", Value]), source, op, ts_ms, ts_us (["null", "long"],
 Debezium's processing time), transaction (["null", event.block]), unchanged_toast (array of the Value field
@@ -89,7 +89,7 @@ class ColumnSchema:
 
 @dataclass(frozen=True, slots=True)
 class RelationSchemas:
-    """The schemas of one Relation. ``key`` is None when the table has no replica identity columns."""
+    """The schemas of one Relation. ``key`` is None when the table has no key columns."""
 
     relation: Relation
     prefix: str

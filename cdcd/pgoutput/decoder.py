@@ -9,7 +9,8 @@ column list even if the table is altered before the transaction commits.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 
 from cdcd.native import native as _native
 from cdcd.pgoutput.errors import DecodeError
@@ -210,11 +211,21 @@ _NATIVE_READ_TUPLE = _native_tuple_reader()
 class Decoder:
     """Stateful decoder for one replication session. Create a new one after reconnecting."""
 
-    def __init__(self, encoding: str = "utf-8", *, parallel_streaming: bool = False, native: bool = True) -> None:
+    def __init__(
+        self,
+        encoding: str = "utf-8",
+        *,
+        parallel_streaming: bool = False,
+        native: bool = True,
+        keys: Callable[[Relation], Collection[str]] | None = None,
+    ) -> None:
         """``parallel_streaming``: the session asked for streaming = parallel (protocol 4), so every Stream
         Abort carries the abort LSN and timestamp; otherwise none does. ``native``: read tuples with
-        cdcd._native when it is loaded (False: the Python reference only)."""
+        cdcd._native when it is loaded (False: the Python reference only). ``keys``: the columns that key a
+        REPLICA IDENTITY FULL table's events (its primary key, from the catalog); without it such tables have
+        no key columns."""
         self.encoding = encoding
+        self.keys = keys
         self.parallel_streaming = parallel_streaming
         self.relations: dict[int, Relation] = {}
         self.types: dict[int, Type] = {}
@@ -270,6 +281,8 @@ class Decoder:
         reader.end()
         # State changes only once the whole message proved well-formed.
         if isinstance(message, Relation):
+            if message.replica_identity == "f":
+                message = self._keyed(message)
             self.relations[message.relation_id] = message
         elif isinstance(message, Type):
             self.types[message.type_oid] = message
@@ -278,6 +291,15 @@ class Decoder:
         elif isinstance(message, StreamStop):
             self.in_stream = False
         return message
+
+    def _keyed(self, relation: Relation) -> Relation:
+        """A REPLICA IDENTITY FULL relation with its key columns flagged: pgoutput flags every column, which is
+        no row identity; the primary key is, when all its columns are sent."""
+        names = set(self.keys(relation)) if self.keys is not None else set()
+        if not names <= {c.name for c in relation.columns}:
+            names = set()
+        columns = tuple(replace(c, is_key=c.name in names) for c in relation.columns)
+        return replace(relation, columns=columns)
 
     # -- changes (hot path) -------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ class Column:
     name: str
     type_oid: int
     type_modifier: int
-    is_key: bool  # part of the replica identity
+    is_key: bool  # keys the table's events: part of the replica identity; under FULL, of the primary key
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,8 @@ def describe(conn: Conn, name: str) -> SnapshotTable:
     key = info.identity_columns if identity in ("i", "d") else ()
     key = key or index_columns(conn, info.oid, "i.indisprimary")
     schema, table = _split(name)
-    columns = tuple(Column(c.name, c.type_oid, c.type_modifier, c.name in info.identity_columns) for c in info.columns)
+    keyed = key if identity == "f" else info.identity_columns  # events are keyed as the stream's (Decoder.keys)
+    columns = tuple(Column(c.name, c.type_oid, c.type_modifier, c.name in keyed) for c in info.columns)
     relation = Relation(info.oid, schema, table, identity, columns)  # type: ignore[arg-type]
     types = conn.execute(
         "SELECT t.oid, n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"

@@ -21,7 +21,7 @@ from cdcd.filters.plan import FilterPlan
 from cdcd.lsn import parse_lsn
 from cdcd.pgoutput.messages import Relation
 from cdcd.secrets import redact
-from cdcd.source.catalog import PublicationError, ancestors, prepare_filters, sync_publications
+from cdcd.source.catalog import PublicationError, ancestors, index_columns, prepare_filters, sync_publications
 from cdcd.source.failover import SlotSync, failover_wanted, read_slot_sync
 from cdcd.source.protocol import protocol_version_for, quote_ident, start_replication_command
 
@@ -189,6 +189,16 @@ class Walsender:
             raise SourceDisconnected("catalog connection is not open")
         try:
             return ancestors(self._admin, relation.relation_id)
+        except psycopg.Error as exc:
+            raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
+
+    def primary_key(self, relation: Relation) -> tuple[str, ...]:
+        """The primary key columns of a replicated relation (keys for REPLICA IDENTITY FULL tables), read from
+        the catalog connection when its Relation message arrives; () when it has none."""
+        if self._admin is None:
+            raise SourceDisconnected("catalog connection is not open")
+        try:
+            return index_columns(self._admin, relation.relation_id, "i.indisprimary")
         except psycopg.Error as exc:
             raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
 

@@ -218,8 +218,19 @@ def decoder_for(messages: list[Message]) -> Decoder:
     return Decoder(parallel_streaming=parallel)
 
 
+def as_decoded(relation: Relation) -> Relation:
+    """The decoder keeps no key columns under REPLICA IDENTITY FULL without its ``keys`` lookup."""
+    if relation.replica_identity != "f":
+        return relation
+    return dataclasses.replace(relation, columns=tuple(dataclasses.replace(c, is_key=False) for c in relation.columns))
+
+
 def expected(msg: Message, data: bytes) -> Message:
-    return dataclasses.replace(msg, size=len(data)) if isinstance(msg, RowChange) else msg
+    if isinstance(msg, RowChange):
+        return dataclasses.replace(msg, size=len(data), relation=as_decoded(msg.relation))
+    if isinstance(msg, Truncate):
+        return dataclasses.replace(msg, relations=tuple(as_decoded(r) for r in msg.relations))
+    return as_decoded(msg) if isinstance(msg, Relation) else msg
 
 
 # -- round trips ---------------------------------------------------------------------------------------------------
@@ -240,8 +251,35 @@ def test_message_sequences_round_trip(session: list[tuple[Message, int]]) -> Non
         decoded = decoder.decode(data, lsn)
         assert decoded == expected(msg, data)
         if isinstance(msg, Relation):
-            assert decoder.relations[msg.relation_id] == msg
+            assert decoder.relations[msg.relation_id] == as_decoded(msg)
     assert not decoder.in_stream
+
+
+@SETTINGS
+@given(relations(None), st.data())
+def test_full_identity_tables_are_keyed_by_what_keys_names(relation: Relation, data: st.DataObject) -> None:
+    """Under REPLICA IDENTITY FULL the ``keys`` lookup (the primary key) decides the key columns, unless it names a
+    column the Relation does not have; other identities keep the flags the server sent."""
+    names = [c.name for c in relation.columns]
+    some = st.lists(st.sampled_from(names), max_size=3) if names else st.just([])
+    keys = data.draw(some | st.just(["missing"]))
+    asked: list[Relation] = []
+
+    def lookup(r: Relation) -> list[str]:
+        asked.append(r)
+        return keys
+
+    decoder = Decoder(keys=lookup)
+    decoded = decoder.decode(enc.encode(relation))
+    assert isinstance(decoded, Relation)
+    assert decoder.relations[relation.relation_id] == decoded
+    if relation.replica_identity != "f":
+        assert (decoded, asked) == (relation, [])
+        return
+    assert asked == [relation]
+    flagged = set(keys) if set(keys) <= set(names) else set()
+    assert [c.is_key for c in decoded.columns] == [c.name in flagged for c in relation.columns]
+    assert dataclasses.replace(decoded, columns=relation.columns) == relation
 
 
 # -- truncation ----------------------------------------------------------------------------------------------------

@@ -18,7 +18,9 @@ from cdcd.plan import Plans, definition
 from cdcd.shaping import NEW_KEY_HEADER, OLD_KEY_HEADER, Emit, EventShaper, Order, Record, key_changed, topic_name
 
 REL = Relation(16384, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False)))
-FULL = Relation(16385, "public", "f", "f", (Column("id", 23, -1, True), Column("v", 25, -1, True)))
+# REPLICA IDENTITY FULL as the decoder gives it: keyed by the primary key, or by nothing without one.
+FULL = Relation(16385, "public", "f", "f", (Column("id", 23, -1, True), Column("v", 25, -1, False)))
+FULL_NO_KEY = Relation(16386, "public", "g", "f", (Column("id", 23, -1, False), Column("v", 25, -1, False)))
 NOW_US = 1_700_000_000_000_000
 
 
@@ -167,16 +169,42 @@ def test_a_key_change_is_delete_tombstone_and_create_naming_each_other() -> None
     assert registry.decode(create[2])["unchanged_toast"] == ["v"]
 
 
-def test_no_tombstones_when_turned_off_and_no_key_under_replica_identity_full() -> None:
+def test_no_tombstones_when_turned_off_and_no_key_under_replica_identity_full_without_primary_key() -> None:
     registry = Registry()
     records = shape(
         shaper(registry, transaction_topic=False, tombstones_on_delete=False), txn(row("delete", ("1", None), None))
     )
     assert [r[2] is None for r in records] == [False]
-    full = shape(shaper(registry, transaction_topic=False), txn(row("delete", ("1", "x"), None, rel=FULL)))
-    assert [(topic, key) for topic, key, _, _ in full] == [("cdcd.public.f", None)]  # no key: no tombstone
-    update = shape(shaper(registry, transaction_topic=False), txn(row("update", ("1", "x"), ("2", "x"), rel=FULL)))
+    full = shape(shaper(registry, transaction_topic=False), txn(row("delete", ("1", "x"), None, rel=FULL_NO_KEY)))
+    assert [(topic, key) for topic, key, _, _ in full] == [("cdcd.public.g", None)]  # no key: no tombstone
+    update = shape(
+        shaper(registry, transaction_topic=False), txn(row("update", ("1", "x"), ("2", "x"), rel=FULL_NO_KEY))
+    )
     assert [registry.decode(v)["op"] for _, _, v, _ in update] == ["u"]  # no key to change
+
+
+def test_replica_identity_full_is_keyed_by_its_primary_key() -> None:
+    """The whole old row (an O tuple) of a FULL table: deletes keyed and tombstoned by the primary key, an update
+    of other columns one event, an update of the key a delete + tombstone + create as for any keyed table."""
+    registry = Registry()
+    changes = (
+        row("delete", ("1", "x"), None, rel=FULL),
+        row("update", ("2", "x"), ("2", "y"), rel=FULL),
+        row("update", ("3", "x"), ("4", "x"), rel=FULL),
+    )
+    records = shape(shaper(registry, transaction_topic=False), txn(*changes))
+    events = [
+        (registry.decode(k), None if v is None else registry.decode(v)["op"], h is not None) for _, k, v, h in records
+    ]
+    assert events == [
+        ({"id": 1}, "d", False),
+        ({"id": 1}, None, False),
+        ({"id": 2}, "u", False),
+        ({"id": 3}, "d", True),
+        ({"id": 3}, None, False),
+        ({"id": 4}, "c", True),
+    ]
+    assert registry.decode(records[0][2])["before"] == {"id": 1, "v": "x"}  # the whole old row stays in before
 
 
 def test_truncate_is_one_keyless_event_per_table() -> None:
