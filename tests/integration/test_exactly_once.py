@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from tests.integration.conftest import STACK, Database, cdcd_env
+from tests.integration.conftest import STACK, Database, cdcd_env, close_bounded
 from tests.integration.kafka_harness import Event, Run
 from tests.integration.test_avroread import read_topics
 from tests.integration.test_kafka import expected_events, observed
@@ -30,8 +31,10 @@ CREATE TABLE audit (id int PRIMARY KEY, v text NOT NULL, n int);
 ALTER TABLE audit REPLICA IDENTITY FULL;
 CREATE TABLE trunc (id int PRIMARY KEY);
 CREATE TABLE static (id int PRIMARY KEY, v text);
-CREATE PUBLICATION cdcd_pub FOR TABLE items, audit, trunc, static;
+CREATE TABLE bulk (id int PRIMARY KEY);
+CREATE PUBLICATION cdcd_pub FOR TABLE items, audit, trunc, static, bulk;
 """
+BULK_ROWS = 200_000  # one PostgreSQL transaction, so one Kafka transaction open for about a second
 STATIC_TOUCHED = range(1, 51)  # keys of `static` the workload updates while it is snapshotted
 EXACTLY_ONCE: dict[str, Any] = {"delivery": "exactly_once", "exactly_once": {"commit_interval_ms": 30}}
 
@@ -145,6 +148,41 @@ def data(events: list[Event], run: Run, table: str) -> list[Event]:
     return [e for e in events if e.topic == f"{run.prefix}.public.{table}"]
 
 
+def kill_inside_an_open_kafka_transaction(run: Run) -> int:
+    """Commit a big transaction and SIGKILL cdcd once the broker holds some of its records but not the commit
+    marker, so an aborted Kafka transaction with records surely exists (the random kills may all fall between
+    short transactions). Returns how many big transactions it took (each is committed in PostgreSQL)."""
+    topic = TopicPartition(f"{run.prefix}.public.bulk", 0)
+    consumer = Consumer(  # read_uncommitted: its high watermark is the log end, not the last stable offset
+        {
+            "bootstrap.servers": run.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
+            "group.id": "bulk-watch",
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    try:
+        for attempt in range(1, 4):
+            first = (attempt - 1) * BULK_ROWS + 1
+            run.db.execute(f"INSERT INTO bulk SELECT generate_series({first}, {first + BULK_ROWS - 1})")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    high = consumer.get_watermark_offsets(topic, timeout=5, cached=False)[1]
+                except KafkaException:  # the topic is made with its first event
+                    high = 0
+                if 0 < high - (attempt - 1) * (BULK_ROWS + 1) < BULK_ROWS:  # under way, not committed
+                    assert run.stop(signal.SIGKILL) == -signal.SIGKILL
+                    return attempt
+                if high - (attempt - 1) * (BULK_ROWS + 1) > BULK_ROWS:
+                    break  # committed before it was seen open: once more
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the big transaction never reached Kafka")
+    finally:
+        close_bounded(consumer)
+    raise AssertionError("three big transactions each committed before they were seen open")
+
+
 def test_sigkill_at_random_points_every_committed_change_exactly_once(run15: Run, avroread: Path) -> None:
     run, db = run15, run15.db
     db.execute(SCHEMA)
@@ -154,13 +192,16 @@ def test_sigkill_at_random_points_every_committed_change_exactly_once(run15: Run
     writer = threading.Thread(target=workload.run)
     writer.start()
     rng = random.Random(20261124)
-    kills = 0
+    kills = bulk_inserts = 0
     try:
         for round_ in range(22):
             if round_ == 6:
                 request_snapshot(run, "public.static")
-            time.sleep(rng.uniform(0.2, 1.5))
-            assert run.stop(signal.SIGKILL) == -signal.SIGKILL
+            if round_ == 12:
+                bulk_inserts = kill_inside_an_open_kafka_transaction(run)
+            else:
+                time.sleep(rng.uniform(0.2, 1.5))
+                assert run.stop(signal.SIGKILL) == -signal.SIGKILL
             kills += 1
             run.start(**EXACTLY_ONCE, tombstones_on_delete=True)
     finally:
@@ -181,6 +222,10 @@ def test_sigkill_at_random_points_every_committed_change_exactly_once(run15: Run
     trunc = data(committed, run, "trunc")
     assert sorted(e.value["after"]["id"] for e in trunc if e.value and e.value["op"] == "c") == workload.trunc_keys
     assert sum(1 for e in trunc if e.value and e.value["op"] == "t") == workload.truncates
+
+    # the big transactions, one of them interrupted in the middle of its Kafka transaction: each row once
+    bulk = Counter(_after(e)["id"] for e in data(committed, run, "bulk") if _op(e) == "c")
+    assert (len(bulk), max(bulk.values())) == (BULK_ROWS * bulk_inserts, 1)
 
     # the incremental snapshot (the initial one found the tables empty): each row at most once, every row nothing
     # changed during it exactly once
