@@ -118,8 +118,10 @@ class EventShaper:
         tombstones_on_delete: bool = True,
         clock_us: Callable[[], int] = _clock_us,
         native: bool = True,
+        debezium_types: bool = False,
     ) -> None:
         self.native = native  # encode with cdcd._native when loaded (False: the Python reference only)
+        self.debezium_types = debezium_types  # columns in Debezium's type map (kafka.envelope: debezium)
         self._encode_transaction = transaction_fields_encoder(native)
         self._transaction_topic = f"{prefix}.transaction"
         self.prefix = prefix
@@ -310,7 +312,7 @@ class EventShaper:
     def wire(self, plan: RelationPlan) -> Wire:
         """Build the plan's Kafka part: schemas registered, topic made."""
         relation = plan.relation
-        schemas = build_schemas(relation, self.prefix, dict(self.types))
+        schemas = build_schemas(relation, self.prefix, dict(self.types), debezium=self.debezium_types)
         topic = topic_name(self.prefix, relation.schema, relation.name)
         self.registry.ensure_topic(topic)
         key_header = None if schemas.key is None else wire_header(self.registry.schema_id(f"{topic}-key", schemas.key))

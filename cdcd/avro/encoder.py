@@ -101,6 +101,7 @@ _KIND_WRITERS: Final[dict[str, Callable[[Any], bytes]]] = {
     "double": _write_double,
     "bytes": write_bytes,
     "string": write_string,
+    "record": bytes,  # a record-valued type's datum is its encoded bytes (Debezium's VariableScaleDecimal)
 }
 
 
@@ -159,6 +160,9 @@ def _write_lines(kind: str, i: int, nullable: bool) -> list[str]:
         return ["z = len(d)", f"a({t}[z << 1] if z < 8192 else {u} + varint(z << 1))", "a(d)"]
     if kind == "array":
         return [f"a(W{i}(d))"]
+    if kind == "record":  # the encoded record, or None where the type has no value (NaN as a decimal)
+        null = "raise ValueError('no value of the record type')" if not nullable else "a(b'\\x00')"
+        return ["if d is None:", f"    {null}", "else:", f"    a({u} + d)"]
     raise AssertionError(kind)
 
 
@@ -231,6 +235,8 @@ _CODECS_BY_NAME: Final = {c.name: c for c in CODECS.values()}
 
 def native_kind(mapping: TypeMapping) -> tuple[int, int]:
     """The compiled conversion of a mapping (code, parameter); (0, 0): the reference writer's."""
+    if not mapping.compiled:
+        return 0, 0
     code = _NATIVE_CODES.get(mapping.pg_type)
     codec = _CODECS_BY_NAME.get(mapping.pg_type)
     if code is not None and codec is not None:
@@ -256,7 +262,17 @@ def _field_writer(col: ColumnSchema, nullable: bool) -> Callable[[Value], bytes]
         return lambda v: write(text(v) if v.__class__ is str else binary(v))  # type: ignore[arg-type]
     write_kind = _KIND_WRITERS[m.kind]
     branch = b"\x02" if nullable else b""
+    if m.kind == "record":
+        return lambda v: _record_field(text(v) if v.__class__ is str else binary(v), nullable)  # type: ignore[arg-type]
     return lambda v: branch + write_kind(text(v) if v.__class__ is str else binary(v))  # type: ignore[arg-type]
+
+
+def _record_field(d: bytes | None, nullable: bool) -> bytes:
+    if d is None:
+        if not nullable:
+            raise ValueError("no value of the record type")
+        return b"\x00"
+    return b"\x02" + d if nullable else d
 
 
 def _native_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool) -> Callable[..., None]:

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from cdcd.avro.debezium import debezium_mapping
 from cdcd.avro.types import AvroSchema, TypeMapping, type_mapping
 from cdcd.pgoutput.messages import Relation, Type
 
@@ -138,12 +139,16 @@ def block_schema() -> dict[str, Any]:
     }
 
 
-def build_schemas(relation: Relation, prefix: str, types: dict[int, Type] | None = None) -> RelationSchemas:
+def build_schemas(
+    relation: Relation, prefix: str, types: dict[int, Type] | None = None, *, debezium: bool = False
+) -> RelationSchemas:
     """Key, Value and Envelope schemas for ``relation``.
 
     ``prefix`` is the topic prefix (Debezium's ``topic.prefix``); ``types`` the pgoutput Type messages seen so
     far by OID: a column of such a user type (enum, domain, ...) is a string whose field documents the type.
+    ``debezium``: columns in Debezium's type map (``cdcd.avro.debezium``, ``kafka.envelope: debezium``).
     """
+    mapping = debezium_mapping if debezium else type_mapping
     types = types or {}
     ns = namespace(prefix, relation)
     columns: list[ColumnSchema] = []
@@ -158,9 +163,7 @@ def build_schemas(relation: Relation, prefix: str, types: dict[int, Type] | None
         seen[fname] = col.name
         t = types.get(col.type_oid)
         user = f"{t.schema or 'pg_catalog'}.{t.name}" if t is not None else None
-        columns.append(
-            ColumnSchema(i, col.name, fname, col.is_key, type_mapping(col.type_oid, col.type_modifier, user))
-        )
+        columns.append(ColumnSchema(i, col.name, fname, col.is_key, mapping(col.type_oid, col.type_modifier, user)))
     value = {
         "type": "record",
         "name": "Value",
