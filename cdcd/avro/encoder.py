@@ -324,6 +324,11 @@ class TxInfo:
     data_collection_order: int
 
 
+def debezium_transaction_id(tx_id: int | None, lsn: int | None, default: str) -> str:
+    """Debezium's PostgreSQL connector names a transaction ``<xid>:<LSN of the event>`` in each event."""
+    return default if tx_id is None or lsn is None else f"{tx_id}:{lsn}"
+
+
 class EncodeValue(Protocol):
     def __call__(  # noqa: PLR0917 - mirrors the Envelope's fields
         self,
@@ -363,7 +368,11 @@ class EnvelopeEncoder:
         # cdcd._native's ``Envelope.rows``: a run of one table's changes shaped and emitted in one call (shaping)
         self.rows: Callable[..., tuple[int, tuple[int, int, int]]] | None = None
         self.snapshot_rows: Callable[..., int] | None = None  # ``Envelope.snapshot_rows``: the same for snapshots
-        if native and _native is not None:
+        if schemas.debezium:  # Debezium's layout: the compiled row writers, the envelope written here
+            if native and _native is not None:
+                self._value_row = _native_row(cols, n, True)
+            self.encode_value = self._make_debezium_encode_value()
+        elif native and _native is not None:
             self._use_native()
 
     def _use_native(self) -> None:
@@ -487,6 +496,91 @@ class EnvelopeEncoder:
 
         return encode_value
 
+    def _make_debezium_encode_value(self) -> EncodeValue:  # noqa: PLR0915 - one closure, as _make_encode_value
+        """``encode_value`` in Debezium's envelope layout (``kafka.envelope: debezium``): source in Debezium's
+        order with ts_ns, xmin and origin_lsn (null), cdcd's commit_lsn last; the transaction block before op,
+        its id ``<xid>:<event LSN>`` as Debezium's; ts_ns after ts_us; unchanged_toast last."""
+        value_row = self._value_row
+        diagnose = self._diagnose
+        head = self._connector_name
+        schema_table = self._schema_table
+        cache: list[Any] = [None, b"", b"", b""]  # SourceInfo, its parts before and after the sequence, tx id
+
+        def nullable_long(x: int | None) -> bytes:
+            return b"\x00" if x is None else b"\x02" + write_long(x)
+
+        def encode_source(s: SourceInfo) -> None:
+            ts = s.ts_us
+            cache[1] = (
+                write_string(s.version) + head + write_long(ts // 1000) + b"\x00" + write_string(s.snapshot)
+            ) + write_string(s.db)
+            cache[2] = b"\x02" + write_long(ts) + b"\x02" + write_long(ts * 1000) + schema_table
+            cache[3] = b"\x00" + (b"\x00" if s.origin is None else b"\x02" + write_string(s.origin)) + b"\x00"
+            cache[3] += nullable_long(s.commit_lsn)
+            cache[0] = s
+
+        def in_before(_field: bytes) -> None:
+            raise ValueError("unchanged TOAST value in the old tuple")
+
+        def encode_value(  # noqa: PLR0917 - the Envelope's fields
+            op: str,
+            before: Row | None,
+            after: Row | None,
+            source: SourceInfo,
+            lsn: int | None,
+            ts_us: int | None,
+            transaction: TxInfo | None = None,
+        ) -> bytes:
+            parts: list[bytes] = []
+            a = parts.append
+            toast: list[bytes] = []
+            try:
+                if before is None:
+                    a(b"\x00")
+                else:
+                    a(b"\x02")
+                    value_row(before, a, in_before)
+                if after is None:
+                    a(b"\x00")
+                else:
+                    a(b"\x02")
+                    value_row(after, a, toast.append)
+            except ConversionError:
+                raise
+            except (ValueError, TypeError, IndexError, OverflowError, AttributeError, struct.error) as e:
+                raise diagnose(before, after, e) from e
+            if source is not cache[0]:
+                encode_source(source)
+            a(cache[1])
+            seq = sequence(source.last_commit_lsn, lsn)
+            a(b"\x00" if seq is None else b"\x02" + write_string(seq))
+            a(cache[2])
+            a(nullable_long(source.tx_id))
+            a(nullable_long(lsn))
+            a(cache[3])
+            if transaction is None:
+                a(b"\x00")
+            else:
+                a(b"\x02" + write_string(debezium_transaction_id(source.tx_id, lsn, transaction.id)))
+                a(write_long(transaction.total_order))
+                a(write_long(transaction.data_collection_order))
+            o = _OPS.get(op)
+            if o is None:
+                raise ConversionError(f"unknown envelope op {op!r} (expected c, u, d, r or t)", value=op)
+            a(o)
+            if ts_us is None:
+                a(b"\x00\x00\x00")
+            else:
+                a(b"\x02" + write_long(ts_us // 1000) + b"\x02" + write_long(ts_us))
+                a(b"\x02" + write_long(ts_us * 1000))
+            if toast:
+                a(varint(len(toast) << 1))
+                a(b"".join(toast))
+            a(b"\x00")
+            return b"".join(parts)
+
+        return encode_value
+
     def _encode_key(self, row: Row) -> bytes:
         """The Avro binary Key record of ``row`` (its replica identity columns). The table must have a key."""
         key_row = self._reference_key_row
@@ -559,6 +653,8 @@ class EnvelopeEncoder:
         """The datum dict ``fastavro.schemaless_writer`` needs for the same Envelope (slow reference path)."""
         rel = self.schemas.relation
         after_rec, toast = (None, []) if after is None else self.value_record(after)
+        if self.schemas.debezium:
+            return self._debezium_record(op, before, after_rec, toast, source, lsn, ts_us, transaction)
         return {
             "before": None if before is None else self.value_record(before)[0],
             "after": after_rec,
@@ -588,6 +684,54 @@ class EnvelopeEncoder:
                 "total_order": transaction.total_order,
                 "data_collection_order": transaction.data_collection_order,
             },
+            "unchanged_toast": toast,
+        }
+
+    def _debezium_record(  # noqa: PLR0917 - envelope_record's arguments
+        self,
+        op: str,
+        before: Row | None,
+        after: dict[str, Datum] | None,
+        toast: list[str],
+        source: SourceInfo,
+        lsn: int | None,
+        ts_us: int | None,
+        transaction: TxInfo | None,
+    ) -> dict[str, Any]:
+        rel = self.schemas.relation
+        return {
+            "before": None if before is None else self.value_record(before)[0],
+            "after": after,
+            "source": {
+                "version": source.version,
+                "connector": CONNECTOR,
+                "name": self.schemas.prefix,
+                "ts_ms": source.ts_us // 1000,
+                "snapshot": source.snapshot,
+                "db": source.db,
+                "sequence": sequence(source.last_commit_lsn, lsn),
+                "ts_us": source.ts_us,
+                "ts_ns": source.ts_us * 1000,
+                "schema": rel.schema or "pg_catalog",
+                "table": rel.name,
+                "txId": source.tx_id,
+                "lsn": lsn,
+                "xmin": None,
+                "origin": source.origin,
+                "origin_lsn": None,
+                "commit_lsn": source.commit_lsn,
+            },
+            "transaction": None
+            if transaction is None
+            else {
+                "id": debezium_transaction_id(source.tx_id, lsn, transaction.id),
+                "total_order": transaction.total_order,
+                "data_collection_order": transaction.data_collection_order,
+            },
+            "op": op,
+            "ts_ms": None if ts_us is None else ts_us // 1000,
+            "ts_us": ts_us,
+            "ts_ns": None if ts_us is None else ts_us * 1000,
             "unchanged_toast": toast,
         }
 

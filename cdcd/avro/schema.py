@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from cdcd.avro.debezium import debezium_mapping
 from cdcd.avro.types import AvroSchema, TypeMapping, type_mapping
@@ -57,6 +57,44 @@ SOURCE_FIELDS: tuple[dict[str, Any], ...] = (
     {"name": "lsn", "type": ["null", "long"], "default": None},
     {"name": "commit_lsn", "type": ["null", "long"], "default": None},
     {"name": "origin", "type": ["null", "string"], "default": None},
+)
+
+
+# Debezium 3.x's Source record, in its order, with cdcd's commit_lsn added last (kafka.envelope: debezium)
+_NULL_LONG: Final = ["null", "long"]
+DEBEZIUM_SOURCE_FIELDS: tuple[dict[str, Any], ...] = (
+    {"name": "version", "type": "string"},
+    {"name": "connector", "type": "string"},
+    {"name": "name", "type": "string"},
+    {"name": "ts_ms", "type": "long"},
+    {
+        "name": "snapshot",
+        "type": [
+            {
+                "type": "string",
+                "connect.version": 1,
+                "connect.parameters": {
+                    "allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
+                },
+                "connect.default": "false",
+                "connect.name": "io.debezium.data.Enum",
+            },
+            "null",
+        ],
+        "default": "false",
+    },
+    {"name": "db", "type": "string"},
+    {"name": "sequence", "type": ["null", "string"], "default": None},
+    {"name": "ts_us", "type": _NULL_LONG, "default": None},
+    {"name": "ts_ns", "type": _NULL_LONG, "default": None},
+    {"name": "schema", "type": "string"},
+    {"name": "table", "type": "string"},
+    {"name": "txId", "type": _NULL_LONG, "default": None},
+    {"name": "lsn", "type": _NULL_LONG, "default": None},
+    {"name": "xmin", "type": _NULL_LONG, "default": None},
+    {"name": "origin", "type": ["null", "string"], "default": None},
+    {"name": "origin_lsn", "type": _NULL_LONG, "default": None},
+    {"name": "commit_lsn", "type": _NULL_LONG, "default": None},
 )
 
 
@@ -99,6 +137,7 @@ class RelationSchemas:
     key: dict[str, Any] | None
     value: dict[str, Any]
     envelope: dict[str, Any]
+    debezium: bool = False  # Debezium's type map and envelope layout (kafka.envelope: debezium)
 
     @property
     def table(self) -> str:
@@ -123,8 +162,13 @@ def _field(col: ColumnSchema, nullable: bool) -> dict[str, Any]:
     return f
 
 
-def source_schema() -> dict[str, Any]:
-    return {"type": "record", "name": SOURCE_NAME, "fields": [dict(f) for f in SOURCE_FIELDS]}
+def source_schema(*, debezium: bool = False) -> dict[str, Any]:
+    fields = DEBEZIUM_SOURCE_FIELDS if debezium else SOURCE_FIELDS
+    schema: dict[str, Any] = {"type": "record", "name": SOURCE_NAME, "fields": [dict(f) for f in fields]}
+    if debezium:
+        schema["connect.version"] = 1
+        schema["connect.name"] = SOURCE_NAME
+    return schema
 
 
 def block_schema() -> dict[str, Any]:
@@ -188,18 +232,40 @@ def build_schemas(
         "name": "Envelope",
         "namespace": ns,
         "connect.name": f"{ns}.Envelope",
-        "fields": [
-            {"name": "before", "type": ["null", value], "default": None},
-            {"name": "after", "type": ["null", f"{ns}.Value"], "default": None},
-            {"name": "source", "type": source_schema()},
-            {"name": "op", "type": "string"},
-            {"name": "ts_ms", "type": ["null", "long"], "default": None},
-            {"name": "ts_us", "type": ["null", "long"], "default": None},
-            {"name": "transaction", "type": ["null", block_schema()], "default": None},
-            {"name": "unchanged_toast", "type": {"type": "array", "items": "string"}, "default": []},
-        ],
+        "fields": _debezium_envelope_fields(value) if debezium else _envelope_fields(value, ns),
     }
-    return RelationSchemas(relation, prefix, ns, tuple(columns), key, value, envelope)
+    return RelationSchemas(relation, prefix, ns, tuple(columns), key, value, envelope, debezium)
+
+
+_UNCHANGED_TOAST: Final = {"name": "unchanged_toast", "type": {"type": "array", "items": "string"}, "default": []}
+
+
+def _envelope_fields(value: dict[str, Any], ns: str) -> list[dict[str, Any]]:
+    return [
+        {"name": "before", "type": ["null", value], "default": None},
+        {"name": "after", "type": ["null", f"{ns}.Value"], "default": None},
+        {"name": "source", "type": source_schema()},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+        {"name": "ts_us", "type": ["null", "long"], "default": None},
+        {"name": "transaction", "type": ["null", block_schema()], "default": None},
+        dict(_UNCHANGED_TOAST),
+    ]
+
+
+def _debezium_envelope_fields(value: dict[str, Any]) -> list[dict[str, Any]]:
+    """Debezium's order (transaction before op; ts_ns), unchanged_toast added last."""
+    return [
+        {"name": "before", "type": ["null", value], "default": None},
+        {"name": "after", "type": ["null", value["namespace"] + ".Value"], "default": None},
+        {"name": "source", "type": source_schema(debezium=True)},
+        {"name": "transaction", "type": ["null", block_schema()], "default": None},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": _NULL_LONG, "default": None},
+        {"name": "ts_us", "type": _NULL_LONG, "default": None},
+        {"name": "ts_ns", "type": _NULL_LONG, "default": None},
+        dict(_UNCHANGED_TOAST),
+    ]
 
 
 def column_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

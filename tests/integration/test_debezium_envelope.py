@@ -81,6 +81,8 @@ WORKLOAD = [
 DELIBERATE = {
     "* value*.unchanged_toast": "cdcd names unchanged TOAST columns (an added envelope field)",
     "* value*.source.commit_lsn": "cdcd adds the transaction's commit LSN to source",
+    "<table> value schema.field order": "unchanged_toast, added last",
+    "<table> value schema.source.field order": "commit_lsn, added last",
     "<table> headers.__debezium.context.*": "Kafka Connect's per-message context headers (run and task ids)",
     "<table> value.after.nm": "Debezium sends null for columns of type name (it does not map the type)",
     "<table> value.after.d": "date ±infinity: Debezium sends an overflowed day count, cdcd the int's max/min",
@@ -92,13 +94,6 @@ DELIBERATE = {
     " Debezium the last commit's",
 }
 OPEN = {
-    "* value schema.field order*": "the envelope's field order (transaction before op; ts_ns)",
-    "* value*.ts_ns": "ts_ns (envelope and source)",
-    "* value*.source.xmin": "source.xmin",
-    "* value*.source.origin_lsn": "source.origin_lsn",
-    "* value schema.source.field order": "source's field order",
-    "* value schema.source.snapshot": "source.snapshot's union order ([enum, null])",
-    "* value schema.source.ts_us": "source.ts_us nullable",
     "<table> value schema.before[].?": "NOT NULL and key columns are not nullable in the Value record",
     "<table> value schema.before[].id": "NOT NULL and key columns are not nullable in the Value record",
     "<table> value.before.?": "NOT NULL columns missing from a key-only old row: Debezium's default values",
@@ -107,10 +102,9 @@ OPEN = {
     "<table> value.after.big": "unchanged TOAST: Debezium's placeholder __debezium_unavailable_value",
     "<table> key*": "REPLICA IDENTITY USING INDEX: Debezium keys by the primary key",
     "<table> headers.__debezium.*key": "key-change headers: Debezium's are the key as JSON text",
-    "* value.transaction.id": "transaction ids: Debezium's are <xid>:<LSN of the event>",
     "transaction *": "BEGIN/END: ids, commit-time ts_ms, data_collection names without the prefix, messages"
     " counted, the collection record's name",
-    "message *": "the message topic's schema: nullable prefix and content, the transaction block",
+    "message *": "the message topic's schema (source layout, nullable prefix and content, the transaction block)",
 }
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdcd.avro import EnvelopeEncoder, SourceInfo, build_schemas
+from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
 from cdcd.avro.debezium import civil_from_days, debezium_mapping, java_decimal_bytes, zoned_timestamp
 from cdcd.pgoutput.messages import Column, Relation
 from cdcd.pgtypes import days_from_civil
@@ -109,3 +109,58 @@ def test_cdcds_own_map_is_unchanged_without_the_debezium_envelope() -> None:
     relation = Relation(1, "public", "t", "d", (Column("ts", 1184, -1, True),))
     native = build_schemas(relation, "p")
     assert native.value["fields"][0]["type"][1] == {"type": "long", "logicalType": "timestamp-micros"}
+
+
+DEBEZIUM_TABLE = Relation(
+    7,
+    "shop",
+    "orders",
+    "d",
+    (
+        Column("id", 20, -1, True),
+        Column("note", 25, -1, False),
+        Column("at", 1184, -1, False),
+        Column("amount", 1700, (10 << 16 | 2) + 4, False),
+    ),
+)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+@given(
+    op=st.sampled_from(["c", "u", "d", "r", "t"]),
+    note=st.none() | st.just(...) | st.text(max_size=20),
+    tx=st.none() | st.integers(0, 2**32),
+    lsn=st.none() | st.integers(0, 2**62),
+    ts_us=st.none() | st.integers(0, 2**52),
+    order=st.none() | st.tuples(st.integers(1, 10**6), st.integers(1, 10**6)),
+    origin=st.none() | st.text(max_size=8),
+)
+def test_the_debezium_envelope_is_what_fastavro_writes(  # noqa: PLR0917 - the generated parts
+    native: bool,
+    op: str,
+    note: Any,
+    tx: int | None,
+    lsn: int | None,
+    ts_us: int | None,
+    order: tuple[int, int] | None,
+    origin: str | None,
+) -> None:
+    schemas = build_schemas(DEBEZIUM_TABLE, "p", debezium=True)
+    encoder = EnvelopeEncoder(schemas, native=native)
+    row = ("7", note, "2024-05-03 12:34:56.5+02", "12.50")
+    before = None if op in ("c", "r", "t") else (row[0], row[1] if row[1] is not ... else None, *row[2:])
+    after = None if op in ("d", "t") else row
+    source = SourceInfo("3.6", "db", 1_714_732_496_500_000, "false", tx, 99, 42, origin)
+    transaction = None if order is None else TxInfo(f"{tx}:99", *order)
+    written = encoder.encode_value(op, before, after, source, lsn, ts_us, transaction)
+    expected = io.BytesIO()
+    record = encoder.envelope_record(op, before, after, source, lsn, ts_us, transaction)
+    fastavro.schemaless_writer(expected, fastavro.parse_schema(schemas.envelope), record)
+    assert written == expected.getvalue()
+    read = fastavro.schemaless_reader(io.BytesIO(written), fastavro.parse_schema(_schema_of(schemas.envelope)), None)
+    assert [f["name"] for f in schemas.envelope["fields"]] == [
+        "before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns", "unchanged_toast"
+    ]  # fmt: skip
+    if order is not None:
+        assert read["transaction"]["id"] == (f"{tx}:99" if tx is None or lsn is None else f"{tx}:{lsn}")  # type: ignore[index,call-overload]
+    assert read["source"]["ts_ns"] == 1_714_732_496_500_000_000  # type: ignore[index,call-overload]
