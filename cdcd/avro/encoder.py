@@ -17,6 +17,8 @@ a NULL or unchanged value in a Key column, is a ConversionError.
 
 from __future__ import annotations
 
+import base64
+import json
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from cdcd.pgoutput.messages import Row, Value
 from cdcd.pgtypes import CODECS, identity
 
 CONNECTOR: Final = "postgresql"
+UNAVAILABLE: Final = "__debezium_unavailable_value"  # Debezium's unavailable.value.placeholder
 
 # --------------------------------------------------------------------------------------------- primitives
 
@@ -505,6 +508,18 @@ class EnvelopeEncoder:
         head = self._connector_name
         schema_table = self._schema_table
         cache: list[Any] = [None, b"", b"", b""]  # SourceInfo, its parts before and after the sequence, tx id
+        # Debezium's placeholder for an unchanged TOAST value, by column: text (string types read as they are)
+        # or the binary form (bytea); other columns stay null. Either way the column is in unchanged_toast.
+        placeholders = {c.index: (p, write_string(c.field)) for c in self.schemas.columns if (p := _placeholder(c))}
+        position = {write_string(c.field): c.index for c in self.schemas.columns}
+
+        def unavailable(row: Row, toast: list[bytes]) -> Row:
+            out = list(row)
+            for i, v in enumerate(row):
+                if v is ... and i in placeholders:
+                    out[i], name = placeholders[i]
+                    toast.append(name)
+            return tuple(out)
 
         def nullable_long(x: int | None) -> bytes:
             return b"\x00" if x is None else b"\x02" + write_long(x)
@@ -522,6 +537,27 @@ class EnvelopeEncoder:
         def in_before(_field: bytes) -> None:
             raise ValueError("unchanged TOAST value in the old tuple")
 
+        def write_rows(before: Row | None, after: Row | None, a: Callable[[bytes], None], toast: list[bytes]) -> None:
+            try:
+                if before is None:
+                    a(b"\x00")
+                else:
+                    a(b"\x02")
+                    value_row(before, a, in_before)
+                if after is None:
+                    a(b"\x00")
+                else:
+                    a(b"\x02")
+                    if ... in after:
+                        value_row(unavailable(after, toast), a, toast.append)
+                        toast.sort(key=position.__getitem__)
+                    else:
+                        value_row(after, a, toast.append)
+            except ConversionError:
+                raise
+            except (ValueError, TypeError, IndexError, OverflowError, AttributeError, struct.error) as e:
+                raise diagnose(before, after, e) from e
+
         def encode_value(  # noqa: PLR0917 - the Envelope's fields
             op: str,
             before: Row | None,
@@ -534,21 +570,7 @@ class EnvelopeEncoder:
             parts: list[bytes] = []
             a = parts.append
             toast: list[bytes] = []
-            try:
-                if before is None:
-                    a(b"\x00")
-                else:
-                    a(b"\x02")
-                    value_row(before, a, in_before)
-                if after is None:
-                    a(b"\x00")
-                else:
-                    a(b"\x02")
-                    value_row(after, a, toast.append)
-            except ConversionError:
-                raise
-            except (ValueError, TypeError, IndexError, OverflowError, AttributeError, struct.error) as e:
-                raise diagnose(before, after, e) from e
+            write_rows(before, after, a, toast)
             if source is not cache[0]:
                 encode_source(source)
             a(cache[1])
@@ -580,6 +602,12 @@ class EnvelopeEncoder:
             return b"".join(parts)
 
         return encode_value
+
+    def key_json(self, row: Row) -> bytes:
+        """The key of ``row`` as JSON text, as Debezium's key-change headers carry it (``{"id":10}``; bytes in
+        base64, as Kafka Connect's JSON)."""
+        key = {c.field: _datum(c, row[c.index]) for c in self._key_columns}
+        return json.dumps(key, separators=(",", ":"), default=_json_bytes).encode()
 
     def _encode_key(self, row: Row) -> bytes:
         """The Avro binary Key record of ``row`` (its replica identity columns). The table must have a key."""
@@ -699,6 +727,11 @@ class EnvelopeEncoder:
         transaction: TxInfo | None,
     ) -> dict[str, Any]:
         rel = self.schemas.relation
+        if after is not None:
+            for col in self.schemas.columns:
+                placeholder = _placeholder(col)
+                if col.field in toast and placeholder is not None:
+                    after[col.field] = _datum(col, placeholder)
         return {
             "before": None if before is None else self.value_record(before)[0],
             "after": after,
@@ -734,6 +767,23 @@ class EnvelopeEncoder:
             "ts_ns": None if ts_us is None else ts_us * 1000,
             "unchanged_toast": toast,
         }
+
+
+def _json_bytes(value: object) -> str:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _placeholder(col: ColumnSchema) -> str | bytes | None:
+    """What Debezium sends for an unchanged TOAST value of the column, as a tuple value (text for the string
+    types read as they are, the binary form for bytea); None: the column stays null."""
+    m = col.mapping
+    if m.kind == "string" and m.from_text is identity:
+        return UNAVAILABLE
+    if m.kind == "bytes" and m.from_binary is bytes:
+        return UNAVAILABLE.encode()
+    return None
 
 
 def _datum(col: ColumnSchema, v: object) -> Datum:

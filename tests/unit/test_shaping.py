@@ -255,3 +255,40 @@ def test_schemas_are_registered_once_per_table_version() -> None:
     (record,) = shape(s, txn(row("insert", None, ("1", "a", "5"), rel=wider)))
     assert registry.decode(record[2])["after"] == {"id": 1, "v": "a", "w": 5}
     assert len(registry.ids) == 3  # a new value schema; the key schema is the same
+
+
+def test_debezium_envelope_transaction_metadata_messages_headers_and_placeholders() -> None:
+    """kafka.envelope: debezium: BEGIN named after the first event's LSN, END pairing with it, both at the commit
+    time and naming tables; events named <xid>:<their LSN>; a message in the transaction gets the block; a key
+    change's headers are JSON text, repeated on the tombstone; an unchanged TOAST text is the placeholder."""
+    registry = Registry()
+    shaper = EventShaper("cdcd", registry, clock_us=lambda: NOW_US, debezium=True)
+    shaper.start_session("shop", {}, Plans())
+    changes = (
+        RowChange("update", REL, ("1", None), ("2", UNCHANGED_TOAST), True, None, 0x80, 10),
+        LogicalMessage(True, 0x90, "pfx", b"hi", 7),
+    )
+    commit_time = 700_000_000  # PostgreSQL µs since 2000-01-01
+    t = Transaction(7, 0x100, 0x108, commit_time, False, Buffer(changes))
+    records = shape(shaper, t)
+    topics = [topic for topic, _, _, _ in records]
+    assert topics == ["cdcd.transaction", *["cdcd.public.t"] * 3, "cdcd.message", "cdcd.transaction"]
+    begin, delete, tombstone, create, message, end = records
+    commit_ms = (commit_time + 946_684_800_000_000) // 1000
+    assert registry.decode(begin[2]) == {
+        "status": "BEGIN", "id": "7:128", "event_count": None, "data_collections": None, "ts_ms": commit_ms
+    }  # fmt: skip
+    assert registry.decode(end[2])["id"] == "7:128"
+    assert registry.decode(end[2])["ts_ms"] == commit_ms
+    assert registry.decode(end[2])["data_collections"] == [
+        {"data_collection": "message", "event_count": 1},
+        {"data_collection": "public.t", "event_count": 2},
+    ]
+    assert delete[3] == tombstone[3] == [(NEW_KEY_HEADER, b'{"id":2}')]
+    assert create[3] == [(OLD_KEY_HEADER, b'{"id":1}')]
+    created = registry.decode(create[2])
+    assert created["after"] == {"id": 2, "v": "__debezium_unavailable_value"}
+    assert created["unchanged_toast"] == ["v"]
+    assert created["transaction"] == {"id": "7:128", "total_order": 2, "data_collection_order": 2}
+    assert registry.decode(message[2])["transaction"] == {"id": "7:144", "total_order": 3, "data_collection_order": 1}
+    assert registry.decode(message[1]) == {"prefix": "pfx"}
