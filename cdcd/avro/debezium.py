@@ -16,7 +16,8 @@ What differs from cdcd's own map (``cdcd.avro.types``), checked against Debezium
   two's complement); numeric without a typmod: the ``io.debezium.data.VariableScaleDecimal`` record
   ``{scale, value}`` (fraction digits without trailing zeros), null for NaN and ±Infinity.
 * int2 is marked ``connect.type: int16``; uuid ``io.debezium.data.Uuid`` (no Avro uuid logical type).
-* everything else as in cdcd's map (text-like types, json/jsonb/xml, bytea, arrays, user-defined types).
+* enums: ``io.debezium.data.Enum`` strings with the allowed labels.
+* everything else as in cdcd's map (text-like types, json/jsonb/xml, bytea, arrays, other user-defined types).
 """
 
 from __future__ import annotations
@@ -278,8 +279,14 @@ _FIXED: Final[dict[int, TypeMapping]] = {
 }
 
 
-def debezium_mapping(type_oid: int, typmod: int = -1, user_type: str | None = None) -> TypeMapping:
-    """The mapping of a column type in Debezium's form (cdcd's where they agree)."""
+def debezium_mapping(
+    type_oid: int, typmod: int = -1, user_type: str | None = None, labels: tuple[str, ...] | None = None
+) -> TypeMapping:
+    """The mapping of a column type in Debezium's form (cdcd's where they agree); ``labels``: the enum's."""
+    if labels is not None:
+        base = type_mapping(type_oid, typmod, user_type)
+        avro = _connect("string", "io.debezium.data.Enum", **{"connect.parameters": {"allowed": ",".join(labels)}})
+        return TypeMapping(base.pg_type, (avro,), "string", base.from_text, base.from_binary)
     scalar = _scalar(type_oid, typmod)
     if scalar is not None:
         return scalar

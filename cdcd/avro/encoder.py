@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -169,12 +169,16 @@ def _write_lines(kind: str, i: int, nullable: bool) -> list[str]:
     raise AssertionError(kind)
 
 
-def _compile_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool, name: str) -> Callable[..., None]:
+def _compile_row(
+    columns: Sequence[ColumnSchema], ncols: int, nullable: bool, name: str, defaults: Mapping[int, bytes] | None = None
+) -> Callable[..., None]:
     """Generate ``name(row, a, t)``: append the Avro record of ``columns`` read from ``row`` via ``a``.
 
     Nullable (Value): NULL and unchanged TOAST write the null branch; unchanged ones also call ``t`` with the
-    field's pre-encoded name. Not nullable (Key): either raises.
+    field's pre-encoded name. Not nullable (Key): either raises. ``defaults``: columns of a Value record that
+    are not nullable (Debezium's NOT NULL columns) by index, with the encoded value written for a missing one.
     """
+    defaults = defaults or {}
     env: dict[str, Any] = {
         "varint": varint,
         "_T14": _T14,
@@ -187,19 +191,29 @@ def _compile_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool, na
     for col in columns:
         i = col.index
         m = col.mapping
+        null = nullable and i not in defaults
         env[f"P{i}"] = m.from_text
         env[f"B{i}"] = m.from_binary
         env[f"F{i}"] = write_string(col.field)
         if m.kind == "array":
-            env[f"W{i}"] = _array_writer(m, nullable)
-        write = _write_lines(m.kind, i, nullable)
+            env[f"W{i}"] = _array_writer(m, null)
+        write = _write_lines(m.kind, i, null)
         lines.append(f"    v = row[{i}]")
         lines.append("    if v.__class__ is str:")
         lines.append(f"        d = {_datum_expr(m, f'P{i}')}")
         lines += [f"        {w}" for w in write]
-        if nullable:
+        if null:
             lines += ["    elif v is None:", "        a(b'\\x00')", "    elif v is ...:", "        a(b'\\x00')"]
             lines.append(f"        t(F{i})")
+        elif i in defaults:
+            env[f"D{i}"] = defaults[i]
+            lines += [
+                "    elif v is None:",
+                f"        a(D{i})",
+                "    elif v is ...:",
+                f"        a(D{i})",
+                f"        t(F{i})",
+            ]
         else:
             lines += ["    elif v is None or v is ...:", f"        raise ValueError('missing key value (column {i})')"]
         lines += ["    else:", f"        d = B{i}(v)"]
@@ -361,6 +375,7 @@ class EnvelopeEncoder:
         n = len(cols)
         self._key_columns = schemas.key_columns
         self._value_row = _compile_row(cols, n, True, "value_row")
+        self._defaults: dict[int, tuple[bytes, Datum]] = {}
         self._reference_key_row = _compile_row(self._key_columns, n, False, "key_row") if self._key_columns else None
         self._key_row = self._reference_key_row
         rel = schemas.relation
@@ -371,8 +386,12 @@ class EnvelopeEncoder:
         # cdcd._native's ``Envelope.rows``: a run of one table's changes shaped and emitted in one call (shaping)
         self.rows: Callable[..., tuple[int, tuple[int, int, int]]] | None = None
         self.snapshot_rows: Callable[..., int] | None = None  # ``Envelope.snapshot_rows``: the same for snapshots
-        if schemas.debezium:  # Debezium's layout: the compiled row writers, the envelope written here
-            if native and _native is not None:
+        if schemas.debezium:  # Debezium's layout: the envelope written here, NOT NULL columns not nullable
+            self._defaults = {c.index: default_value(c) for c in cols if c.required}
+            if self._defaults:
+                encoded = {i: d[0] for i, d in self._defaults.items()}
+                self._value_row = _compile_row(cols, n, True, "value_row", encoded)
+            elif native and _native is not None:  # the compiled row writer has no required columns
                 self._value_row = _native_row(cols, n, True)
             self.encode_value = self._make_debezium_encode_value()
         elif native and _native is not None:
@@ -665,7 +684,8 @@ class EnvelopeEncoder:
             v = row[col.index]
             if v is ...:
                 toast.append(col.field)
-            out[col.field] = _datum(col, v)
+            default = self._defaults.get(col.index)
+            out[col.field] = default[1] if default is not None and (v is None or v is ...) else _datum(col, v)
         return out, toast
 
     def envelope_record(  # noqa: PLR0917 - the same arguments as encode_value
@@ -767,6 +787,30 @@ class EnvelopeEncoder:
             "ts_ns": None if ts_us is None else ts_us * 1000,
             "unchanged_toast": toast,
         }
+
+
+_DEFAULTS: Final[dict[str, Datum]] = {
+    "string": "",
+    "int": 0,
+    "long": 0,
+    "float": 0.0,
+    "double": 0.0,
+    "boolean": False,
+    "bytes": b"",
+    "array": [],
+    "record": b"\x00\x02\x00",  # VariableScaleDecimal {scale 0, value 0}
+}
+
+
+def default_value(col: ColumnSchema) -> tuple[bytes, Datum]:
+    """What Debezium writes for a NOT NULL column whose value a key-only old row lacks: the type's zero (``''``,
+    0, false, an empty array), encoded and as a datum."""
+    m = col.mapping
+    branch = m.branches[0]
+    decimal = m.kind == "bytes" and isinstance(branch, dict) and branch.get("logicalType") == "decimal"
+    datum = b"\x00" if decimal else _DEFAULTS[m.kind]
+    encoded = _array_writer(m, False)(datum) if m.kind == "array" else _KIND_WRITERS[m.kind](datum)
+    return encoded, datum
 
 
 def _json_bytes(value: object) -> str:

@@ -124,6 +124,7 @@ class ColumnSchema:
     field: str  # the Avro field name
     is_key: bool
     mapping: TypeMapping
+    required: bool = False  # not nullable in the Value record (kafka.envelope: debezium, NOT NULL columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +193,6 @@ def build_schemas(
     far by OID: a column of such a user type (enum, domain, ...) is a string whose field documents the type.
     ``debezium``: columns in Debezium's type map (``cdcd.avro.debezium``, ``kafka.envelope: debezium``).
     """
-    mapping = debezium_mapping if debezium else type_mapping
     types = types or {}
     ns = namespace(prefix, relation)
     columns: list[ColumnSchema] = []
@@ -207,13 +207,18 @@ def build_schemas(
         seen[fname] = col.name
         t = types.get(col.type_oid)
         user = f"{t.schema or 'pg_catalog'}.{t.name}" if t is not None else None
-        columns.append(ColumnSchema(i, col.name, fname, col.is_key, mapping(col.type_oid, col.type_modifier, user)))
+        if debezium:
+            m = debezium_mapping(col.type_oid, col.type_modifier, user, None if t is None else t.labels)
+        else:
+            m = type_mapping(col.type_oid, col.type_modifier, user)
+        required = debezium and (col.is_key or col.not_null)  # Debezium: NOT NULL columns are not nullable
+        columns.append(ColumnSchema(i, col.name, fname, col.is_key, m, required))
     value = {
         "type": "record",
         "name": "Value",
         "namespace": ns,
         "connect.name": f"{ns}.Value",
-        "fields": [_field(c, True) for c in columns],
+        "fields": [_field(c, not c.required) for c in columns],
     }
     keys = [c for c in columns if c.is_key]
     key = (

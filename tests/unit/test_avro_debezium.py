@@ -118,7 +118,7 @@ DEBEZIUM_TABLE = Relation(
     "d",
     (
         Column("id", 20, -1, True),
-        Column("note", 25, -1, False),
+        Column("note", 25, -1, False, True),  # NOT NULL: not nullable in the Value record, '' when missing
         Column("at", 1184, -1, False),
         Column("amount", 1700, (10 << 16 | 2) + 4, False),
     ),
@@ -164,3 +164,10 @@ def test_the_debezium_envelope_is_what_fastavro_writes(  # noqa: PLR0917 - the g
     if order is not None:
         assert read["transaction"]["id"] == (f"{tx}:99" if tx is None or lsn is None else f"{tx}:{lsn}")  # type: ignore[index,call-overload]
     assert read["source"]["ts_ns"] == 1_714_732_496_500_000_000  # type: ignore[index,call-overload]
+    if before is not None:
+        assert read["before"]["note"] == (note if isinstance(note, str) else "")  # type: ignore[index,call-overload]
+    if after is not None and note is ...:
+        assert read["after"]["note"] == "__debezium_unavailable_value"  # type: ignore[index,call-overload]
+        assert read["unchanged_toast"] == ["note"]  # type: ignore[index,call-overload]
+    value = next(f for f in schemas.value["fields"] if f["name"] == "note")
+    assert value["type"] == "string"
