@@ -12,6 +12,9 @@ import io
 import json
 import math
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -76,6 +79,27 @@ def _plain(schema: Any) -> Any:
     if isinstance(schema, dict):
         return {k: _plain(v) for k, v in schema.items() if k != "logicalType"}
     return schema
+
+
+def subjects(registry_url: str, prefix: str, topics: dict[str, list[Message]]) -> set[str]:
+    """The registry subjects (TopicNameStrategy: ``<topic>-key``, ``<topic>-value``) of a side's topics that
+    the registry has, the prefix replaced. Looked up as artifacts of Apicurio's own API (Debezium's converter
+    registers through it, so its subjects are not listed by the Confluent API)."""
+    base = registry_url.replace("/apis/ccompat/v7", "/apis/registry/v2")
+    found = set()
+    for topic, messages in topics.items():
+        for part in ("key", "value"):
+            if not any(getattr(m, part) is not None for m in messages):
+                continue
+            subject = f"{prefix}.{topic}-{part}"
+            url = f"{base}/groups/default/artifacts/{urllib.parse.quote(subject)}/meta"
+            try:
+                with urllib.request.urlopen(url, timeout=10):
+                    found.add(subject.replace(prefix, PREFIX))
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:
+                    raise
+    return found
 
 
 def read_topics(bootstrap: str, registry: Registry, prefix: str, timeout: float = 60) -> dict[str, list[Message]]:

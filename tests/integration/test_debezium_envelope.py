@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.conftest import STACK, Database, PgServer, scratch_database, stack_env
-from tests.integration.debezium_compare import Registry, by_kind, compare_topics, read_topics, summary
+from tests.integration.debezium_compare import Registry, by_kind, compare_topics, read_topics, subjects, summary
 from tests.integration.kafka_harness import Run
 
 pytestmark = pytest.mark.integration
@@ -164,6 +164,11 @@ def test_envelopes_equal_debeziums(side_by_side: tuple[Database, Run, str]) -> N
     gone = [p for p in listed if not any(_matches(k, p) for k in kinds)]
     assert not gone, f"listed differences that no longer occur (update the README and this list): {gone}"
     assert {"<table> value.after.nm", "<table> value.after.d"} <= set(kinds)  # the comparison sees values
+    # subject names: TopicNameStrategy on both sides, for every topic with keys and values
+    url = run.env["CDCD_SCHEMA_REGISTRY__URL"]
+    mine_subjects, their_subjects = subjects(url, run.prefix, mine), subjects(url, dbz_prefix, theirs)
+    assert mine_subjects == their_subjects
+    assert {"<prefix>.public.typed-key", "<prefix>.public.typed-value", "<prefix>.transaction-value"} <= mine_subjects
 
 
 def _matches(kind: str, pattern: str) -> bool:
