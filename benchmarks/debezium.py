@@ -12,7 +12,9 @@ same WAL. Then, one after the other (they would compete for the two cores otherw
 
 * ``plain``: cdcd with ``kafka.transaction_topic: false`` against Debezium's defaults (no transaction metadata);
 * ``tx``: cdcd with its transaction topic against Debezium with ``provide.transaction.metadata=true``; both then
-  write a BEGIN and an END event per transaction to ``<prefix>.transaction``.
+  write a BEGIN and an END event per transaction to ``<prefix>.transaction``;
+* ``dbz``: ``tx`` with cdcd in ``kafka.envelope: debezium`` (Debezium's types and layouts): the same messages
+  as Debezium's, byte for byte but the differences the README lists.
 
 Debezium 3.6 runs in a Kafka Connect standalone worker of its own per run (``deploy/local/stack
 debezium-standalone``: a fresh JVM, its own offsets file in the run's directory, REST on a free loopback port),
@@ -87,6 +89,7 @@ STACK = Path(__file__).resolve().parents[1] / "deploy" / "local" / "stack"
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "plain": ("notx", []),
     "tx": ("tx", ["provide.transaction.metadata=true"]),
+    "dbz": ("txdbz", ["provide.transaction.metadata=true"]),  # cdcd in Debezium's envelope (kafka.envelope)
 }
 COUNT_INTERVAL_S = 0.1  # how often Debezium's topics are counted while it runs
 
@@ -134,7 +137,7 @@ class DebeziumBench(KafkaBench):
         """One Debezium run on ``slot``; returns its result and the CPU it spent before its slot was active."""
         prefix = f"dbzbench-{self.database.removeprefix('bench_')}-{workload.name}-{variant}-{round_no}"
         self.prefixes.append(prefix)
-        transactions = VARIANTS[variant][0] == "tx"
+        transactions = "provide.transaction.metadata=true" in VARIANTS[variant][1]
         expected = {"public.bench": workload.setup.rows} | ({"transaction": 2 * workload.txns} if transactions else {})
         rundir = self.workdir / f"dbz-{slot}"
         rundir.mkdir()
@@ -388,7 +391,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=1, help="rounds, each on its own slots (default 1)")
     parser.add_argument("--quick", action="store_true", help="100000 rows, 10000 small transactions")
     parser.add_argument("--workloads", default="large,small", help="comma-separated: large, small (default both)")
-    parser.add_argument("--variants", default="plain,tx", help="plain, tx (default plain,tx)")
+    parser.add_argument("--variants", default="plain,tx", help="plain, tx, dbz (default plain,tx)")
     add_common_args(parser)
     parser.add_argument(
         "--bootstrap-servers", default=os.environ.get("CDCD_KAFKA__BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP)

@@ -26,6 +26,9 @@ Then, one after the other (they would compete for the two cores otherwise), per 
 Kafka transactions, the progress topic written in each; their messages are counted by a read_committed
 consumer (commit markers take offsets too).
 
+``txdbz`` and ``notxdbz`` (not run by default) are ``tx`` and ``notx`` with ``kafka.envelope: debezium``:
+Debezium's types and layouts (the envelope written in Python around the compiled row writers).
+
 ``txpy`` and ``notxpy`` (not run by default) are ``tx`` and ``notx`` with ``CDCD_IMPL=python``: the
 Python reference alone, without the compiled row stage (cdcd._native), for a same-invocation comparison.
 
@@ -133,6 +136,7 @@ class Variant:
     where: str | None = None  # row filter on the bench table, in a publication of cdcd's config (publish: insert)
     impl: str | None = None  # CDCD_IMPL of the run (None: cdcd's default, the compiled row stage when built)
     delivery: str = "at_least_once"  # kafka.delivery
+    envelope: str = "native"  # kafka.envelope
 
 
 VARIANTS = {
@@ -140,6 +144,8 @@ VARIANTS = {
     "notx": Variant(False),
     "txeo": Variant(True, delivery="exactly_once"),
     "notxeo": Variant(False, delivery="exactly_once"),
+    "txdbz": Variant(True, envelope="debezium"),
+    "notxdbz": Variant(False, envelope="debezium"),
     "txpy": Variant(True, impl="python"),
     "notxpy": Variant(False, impl="python"),
     "filter": Variant(True, FILTER_ALL),
@@ -361,6 +367,7 @@ class KafkaBench(Bench):
                 "topic_prefix": prefix,
                 "transaction_topic": transaction_topic,
                 "delivery": VARIANTS[variant].delivery,
+                "envelope": VARIANTS[variant].envelope,
             },
             schema_registry={"url": args.registry},
             metrics={"listen": "127.0.0.1:0"},

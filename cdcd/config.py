@@ -267,6 +267,12 @@ class KafkaSettings(_Section):
         True, description="after a delete event, a tombstone (null value) for compaction"
     )
     transaction_topic: bool = Field(True, description="BEGIN/END events with counts on <prefix>.transaction")
+    envelope: Literal["native", "debezium"] = Field(
+        "native",
+        description="debezium: column values in the types of Debezium's PostgreSQL connector (ZonedTimestamp"
+        " strings, MicroTimestamp, VariableScaleDecimal, MicroDuration...) for consumers written against it;"
+        " native: Avro logical types (timestamp-micros, decimal, uuid), which Avro readers and Spark map directly",
+    )
     producer: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="extra librdkafka producer settings (idempotence and acks=all are fixed)"
     )

@@ -5,8 +5,8 @@ through the ``Registry`` passed in; sending the records is the sink's job.
 
 The rules of Debezium's PostgreSQL connector:
 
-* Table changes go to ``<prefix>.<schema>.<table>``, keyed by the replica identity (no key under REPLICA
-  IDENTITY FULL, where pgoutput flags every column), with op ``c``/``u``/``d`` (``r`` for snapshot rows).
+* Table changes go to ``<prefix>.<schema>.<table>``, keyed by the replica identity (under REPLICA IDENTITY
+  FULL by the primary key, which the decoder flags), with op ``c``/``u``/``d`` (``r`` for snapshot rows).
 * A delete is followed by a tombstone (null value) under its key, unless ``tombstones_on_delete`` is off.
 * An update that changes the key becomes a delete of the old key (plus tombstone) and a create under the new
   key, so each key's history stays in one partition; the delete names the new key in a ``__debezium.newkey``
@@ -22,6 +22,7 @@ The rules of Debezium's PostgreSQL connector:
 
 from __future__ import annotations
 
+import itertools
 import re
 import struct
 import time
@@ -33,9 +34,15 @@ from typing import Any, Protocol
 from cdcd import __version__
 from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
 from cdcd.avro.metadata import (
+    DEBEZIUM_MESSAGE_KEY,
+    DEBEZIUM_TRANSACTION_KEY,
+    DEBEZIUM_TRANSACTION_VALUE,
     MESSAGE_KEY,
     TRANSACTION_KEY,
     TRANSACTION_VALUE,
+    debezium_message_value_schema,
+    encode_debezium_message,
+    encode_debezium_transaction,
     encode_message,
     message_value_schema,
     transaction_fields_encoder,
@@ -118,8 +125,10 @@ class EventShaper:
         tombstones_on_delete: bool = True,
         clock_us: Callable[[], int] = _clock_us,
         native: bool = True,
+        debezium: bool = False,
     ) -> None:
         self.native = native  # encode with cdcd._native when loaded (False: the Python reference only)
+        self.debezium = debezium  # Debezium's types and layouts (kafka.envelope: debezium)
         self._encode_transaction = transaction_fields_encoder(native)
         self._transaction_topic = f"{prefix}.transaction"
         self.prefix = prefix
@@ -154,8 +163,13 @@ class EventShaper:
         )
         # Like Debezium, no BEGIN/END for a transaction without events (PostgreSQL 14 sends those; 15+ skips them).
         metadata = self.transaction_topic and txn.change_count > 0
+        meta_ts_ms = now_us // 1000
+        if self.debezium:  # Debezium: named after the first event's LSN; the commit time
+            changes, first_lsn = _first_lsn(changes)
+            order.id = f"{txn.xid}:{txn.commit_lsn if first_lsn is None else first_lsn}"
+            meta_ts_ms = source.ts_us // 1000
         if metadata:
-            emit(*self._transaction_event("BEGIN", order.id, now_us // 1000, None, None))
+            emit(*self._transaction_event("BEGIN", order.id, meta_ts_ms, None, None))
         plans, relation, plan, wire = self.plans, None, None, None
         row = self._row
         run: list[RowChange] = []  # a run of one table's changes, for the compiled shaper (wire.encoder.rows)
@@ -183,12 +197,14 @@ class EventShaper:
                 self._truncate(change, source, order, now_us, emit)
             else:
                 assert isinstance(change, LogicalMessage)
-                emit(*self._message(change, source, now_us))
+                emit(*self._message(change, source, now_us, order if self.debezium else None))
         if run:
             self._run(run, plan, wire, source, order, now_us, emit)  # type: ignore[arg-type]
         if metadata:
             counts = tuple(sorted(order.counts.items()))
-            emit(*self._transaction_event("END", order.id, now_us // 1000, order.total, counts))
+            if self.debezium:  # Debezium names the tables, not the topics
+                counts = tuple((self._collection(topic), n) for topic, n in counts)
+            emit(*self._transaction_event("END", order.id, meta_ts_ms, order.total, counts))
         self._last_commit_lsn = txn.commit_lsn
 
     def message(self, message: LogicalMessage, emit: Emit) -> None:
@@ -237,11 +253,15 @@ class EventShaper:
         if op == "u" and old is not None and wire.key_header is not None and key_changed(change, plan.key_positions):
             assert new is not None
             old_key, new_key = _key(wire, old), _key(wire, new)
-            self._event(
-                plan, wire, "d", old_key, old, None, source, lsn, order, now_us, emit, [(NEW_KEY_HEADER, new_key)]
+            # the other key in a header: as the message key is, or as Debezium's header converter writes it (JSON)
+            old_named, new_named = (
+                (wire.encoder.key_json(old), wire.encoder.key_json(new)) if self.debezium else (old_key, new_key)
             )
             self._event(
-                plan, wire, "c", new_key, None, new, source, lsn, order, now_us, emit, [(OLD_KEY_HEADER, old_key)]
+                plan, wire, "d", old_key, old, None, source, lsn, order, now_us, emit, [(NEW_KEY_HEADER, new_named)]
+            )
+            self._event(
+                plan, wire, "c", new_key, None, new, source, lsn, order, now_us, emit, [(OLD_KEY_HEADER, old_named)]
             )
             return
         key_row = new if new is not None else old
@@ -297,7 +317,7 @@ class EventShaper:
         emit(topic, key, wire.value_header + value, headers)
         self.events[plan.table, op] += 1
         if op == "d" and self.tombstones and key is not None:
-            emit(topic, key, None, None)
+            emit(topic, key, None, headers if self.debezium else None)  # Debezium's tombstone repeats the headers
 
     def _truncate(self, change: Truncate, source: SourceInfo, order: Order, now_us: int, emit: Emit) -> None:
         for relation in change.relations:
@@ -310,31 +330,44 @@ class EventShaper:
     def wire(self, plan: RelationPlan) -> Wire:
         """Build the plan's Kafka part: schemas registered, topic made."""
         relation = plan.relation
-        schemas = build_schemas(relation, self.prefix, dict(self.types))
+        schemas = build_schemas(relation, self.prefix, dict(self.types), debezium=self.debezium)
         topic = topic_name(self.prefix, relation.schema, relation.name)
         self.registry.ensure_topic(topic)
-        # Under REPLICA IDENTITY FULL pgoutput flags every column as key: that is no row identity to key by.
-        keyless = schemas.key is None or relation.replica_identity == "f"
-        key_header = None if keyless else wire_header(self.registry.schema_id(f"{topic}-key", schemas.key))  # type: ignore[arg-type]
+        key_header = None if schemas.key is None else wire_header(self.registry.schema_id(f"{topic}-key", schemas.key))
         value_header = wire_header(self.registry.schema_id(f"{topic}-value", schemas.envelope))
         plan.wire = Wire(topic, EnvelopeEncoder(schemas, native=self.native), key_header, value_header)
         return plan.wire
 
     # -- fixed-schema events ---------------------------------------------------------------------------
 
-    def _message(self, message: LogicalMessage, source: SourceInfo, now_us: int) -> Record:
+    def _message(self, message: LogicalMessage, source: SourceInfo, now_us: int, order: Order | None = None) -> Record:
+        """A message event; ``order``: the transaction it is part of, for Debezium's transaction block."""
         topic = f"{self.prefix}.message"
-        key, value = encode_message(self.prefix, message, source, now_us // 1000)
         self.events["", "m"] += 1
-        key_header, value_header = self._fixed_headers(topic, MESSAGE_KEY, message_value_schema())
+        if self.debezium:
+            block = None if order is None else order.next(topic)
+            key, value = encode_debezium_message(self.prefix, message, source, now_us // 1000, block)
+            schemas = DEBEZIUM_MESSAGE_KEY, debezium_message_value_schema()
+        else:
+            key, value = encode_message(self.prefix, message, source, now_us // 1000)
+            schemas = MESSAGE_KEY, message_value_schema()
+        key_header, value_header = self._fixed_headers(topic, *schemas)
         return topic, key_header + key, value_header + value, None
+
+    def _collection(self, topic: str) -> str:
+        """Debezium's data collection name of a topic: the table (``schema.table``), ``message`` for messages."""
+        return topic.removeprefix(f"{self.prefix}.")
 
     def _transaction_event(
         self, status: str, txn_id: str, ts_ms: int, count: int | None, collections: tuple[tuple[str, int], ...] | None
     ) -> Record:
         topic = self._transaction_topic
-        key, value = self._encode_transaction(status, txn_id, ts_ms, count, collections)
-        key_header, value_header = self._fixed_headers(topic, TRANSACTION_KEY, TRANSACTION_VALUE)
+        if self.debezium:
+            key, value = encode_debezium_transaction(status, txn_id, ts_ms, count, collections)
+            key_header, value_header = self._fixed_headers(topic, DEBEZIUM_TRANSACTION_KEY, DEBEZIUM_TRANSACTION_VALUE)
+        else:
+            key, value = self._encode_transaction(status, txn_id, ts_ms, count, collections)
+            key_header, value_header = self._fixed_headers(topic, TRANSACTION_KEY, TRANSACTION_VALUE)
         return topic, key_header + key, value_header + value, None
 
     def _fixed_headers(self, topic: str, key: dict[str, Any], value: dict[str, Any]) -> tuple[bytes, bytes]:
@@ -345,6 +378,16 @@ class EventShaper:
             value_id = self.registry.schema_id(f"{topic}-value", value)
             headers = self._fixed[topic] = (wire_header(key_id), wire_header(value_id))
         return headers
+
+
+def _first_lsn(changes: Iterable[Change]) -> tuple[Iterable[Change], int | None]:
+    """The changes again (their first one looked at) and the LSN of the first one."""
+    it = iter(changes)
+    first = next(it, None)
+    if first is None:
+        return (), None
+    lsn = first.lsn if isinstance(first, LogicalMessage) else first.wal_lsn
+    return itertools.chain((first,), it), lsn
 
 
 def _key(wire: Wire, row: Row) -> bytes:

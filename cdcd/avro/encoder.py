@@ -17,8 +17,10 @@ a NULL or unchanged value in a Key column, is a ConversionError.
 
 from __future__ import annotations
 
+import base64
+import json
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -29,6 +31,7 @@ from cdcd.pgoutput.messages import Row, Value
 from cdcd.pgtypes import CODECS, identity
 
 CONNECTOR: Final = "postgresql"
+UNAVAILABLE: Final = "__debezium_unavailable_value"  # Debezium's unavailable.value.placeholder
 
 # --------------------------------------------------------------------------------------------- primitives
 
@@ -101,6 +104,7 @@ _KIND_WRITERS: Final[dict[str, Callable[[Any], bytes]]] = {
     "double": _write_double,
     "bytes": write_bytes,
     "string": write_string,
+    "record": bytes,  # a record-valued type's datum is its encoded bytes (Debezium's VariableScaleDecimal)
 }
 
 
@@ -159,15 +163,22 @@ def _write_lines(kind: str, i: int, nullable: bool) -> list[str]:
         return ["z = len(d)", f"a({t}[z << 1] if z < 8192 else {u} + varint(z << 1))", "a(d)"]
     if kind == "array":
         return [f"a(W{i}(d))"]
+    if kind == "record":  # the encoded record, or None where the type has no value (NaN as a decimal)
+        null = "raise ValueError('no value of the record type')" if not nullable else "a(b'\\x00')"
+        return ["if d is None:", f"    {null}", "else:", f"    a({u} + d)"]
     raise AssertionError(kind)
 
 
-def _compile_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool, name: str) -> Callable[..., None]:
+def _compile_row(
+    columns: Sequence[ColumnSchema], ncols: int, nullable: bool, name: str, defaults: Mapping[int, bytes] | None = None
+) -> Callable[..., None]:
     """Generate ``name(row, a, t)``: append the Avro record of ``columns`` read from ``row`` via ``a``.
 
     Nullable (Value): NULL and unchanged TOAST write the null branch; unchanged ones also call ``t`` with the
-    field's pre-encoded name. Not nullable (Key): either raises.
+    field's pre-encoded name. Not nullable (Key): either raises. ``defaults``: columns of a Value record that
+    are not nullable (Debezium's NOT NULL columns) by index, with the encoded value written for a missing one.
     """
+    defaults = defaults or {}
     env: dict[str, Any] = {
         "varint": varint,
         "_T14": _T14,
@@ -180,19 +191,29 @@ def _compile_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool, na
     for col in columns:
         i = col.index
         m = col.mapping
+        null = nullable and i not in defaults
         env[f"P{i}"] = m.from_text
         env[f"B{i}"] = m.from_binary
         env[f"F{i}"] = write_string(col.field)
         if m.kind == "array":
-            env[f"W{i}"] = _array_writer(m, nullable)
-        write = _write_lines(m.kind, i, nullable)
+            env[f"W{i}"] = _array_writer(m, null)
+        write = _write_lines(m.kind, i, null)
         lines.append(f"    v = row[{i}]")
         lines.append("    if v.__class__ is str:")
         lines.append(f"        d = {_datum_expr(m, f'P{i}')}")
         lines += [f"        {w}" for w in write]
-        if nullable:
+        if null:
             lines += ["    elif v is None:", "        a(b'\\x00')", "    elif v is ...:", "        a(b'\\x00')"]
             lines.append(f"        t(F{i})")
+        elif i in defaults:
+            env[f"D{i}"] = defaults[i]
+            lines += [
+                "    elif v is None:",
+                f"        a(D{i})",
+                "    elif v is ...:",
+                f"        a(D{i})",
+                f"        t(F{i})",
+            ]
         else:
             lines += ["    elif v is None or v is ...:", f"        raise ValueError('missing key value (column {i})')"]
         lines += ["    else:", f"        d = B{i}(v)"]
@@ -231,6 +252,8 @@ _CODECS_BY_NAME: Final = {c.name: c for c in CODECS.values()}
 
 def native_kind(mapping: TypeMapping) -> tuple[int, int]:
     """The compiled conversion of a mapping (code, parameter); (0, 0): the reference writer's."""
+    if not mapping.compiled:
+        return 0, 0
     code = _NATIVE_CODES.get(mapping.pg_type)
     codec = _CODECS_BY_NAME.get(mapping.pg_type)
     if code is not None and codec is not None:
@@ -256,7 +279,17 @@ def _field_writer(col: ColumnSchema, nullable: bool) -> Callable[[Value], bytes]
         return lambda v: write(text(v) if v.__class__ is str else binary(v))  # type: ignore[arg-type]
     write_kind = _KIND_WRITERS[m.kind]
     branch = b"\x02" if nullable else b""
+    if m.kind == "record":
+        return lambda v: _record_field(text(v) if v.__class__ is str else binary(v), nullable)  # type: ignore[arg-type]
     return lambda v: branch + write_kind(text(v) if v.__class__ is str else binary(v))  # type: ignore[arg-type]
+
+
+def _record_field(d: bytes | None, nullable: bool) -> bytes:
+    if d is None:
+        if not nullable:
+            raise ValueError("no value of the record type")
+        return b"\x00"
+    return b"\x02" + d if nullable else d
 
 
 def _native_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool) -> Callable[..., None]:
@@ -308,6 +341,11 @@ class TxInfo:
     data_collection_order: int
 
 
+def debezium_transaction_id(tx_id: int | None, lsn: int | None, default: str) -> str:
+    """Debezium's PostgreSQL connector names a transaction ``<xid>:<LSN of the event>`` in each event."""
+    return default if tx_id is None or lsn is None else f"{tx_id}:{lsn}"
+
+
 class EncodeValue(Protocol):
     def __call__(  # noqa: PLR0917 - mirrors the Envelope's fields
         self,
@@ -337,6 +375,7 @@ class EnvelopeEncoder:
         n = len(cols)
         self._key_columns = schemas.key_columns
         self._value_row = _compile_row(cols, n, True, "value_row")
+        self._defaults: dict[int, tuple[bytes, Datum]] = {}
         self._reference_key_row = _compile_row(self._key_columns, n, False, "key_row") if self._key_columns else None
         self._key_row = self._reference_key_row
         rel = schemas.relation
@@ -347,7 +386,15 @@ class EnvelopeEncoder:
         # cdcd._native's ``Envelope.rows``: a run of one table's changes shaped and emitted in one call (shaping)
         self.rows: Callable[..., tuple[int, tuple[int, int, int]]] | None = None
         self.snapshot_rows: Callable[..., int] | None = None  # ``Envelope.snapshot_rows``: the same for snapshots
-        if native and _native is not None:
+        if schemas.debezium:  # Debezium's layout: the envelope written here, NOT NULL columns not nullable
+            self._defaults = {c.index: default_value(c) for c in cols if c.required}
+            if self._defaults:
+                encoded = {i: d[0] for i, d in self._defaults.items()}
+                self._value_row = _compile_row(cols, n, True, "value_row", encoded)
+            elif native and _native is not None:  # the compiled row writer has no required columns
+                self._value_row = _native_row(cols, n, True)
+            self.encode_value = self._make_debezium_encode_value()
+        elif native and _native is not None:
             self._use_native()
 
     def _use_native(self) -> None:
@@ -471,6 +518,116 @@ class EnvelopeEncoder:
 
         return encode_value
 
+    def _make_debezium_encode_value(self) -> EncodeValue:  # noqa: PLR0915 - one closure, as _make_encode_value
+        """``encode_value`` in Debezium's envelope layout (``kafka.envelope: debezium``): source in Debezium's
+        order with ts_ns, xmin and origin_lsn (null), cdcd's commit_lsn last; the transaction block before op,
+        its id ``<xid>:<event LSN>`` as Debezium's; ts_ns after ts_us; unchanged_toast last."""
+        value_row = self._value_row
+        diagnose = self._diagnose
+        head = self._connector_name
+        schema_table = self._schema_table
+        cache: list[Any] = [None, b"", b"", b""]  # SourceInfo, its parts before and after the sequence, tx id
+        # Debezium's placeholder for an unchanged TOAST value, by column: text (string types read as they are)
+        # or the binary form (bytea); other columns stay null. Either way the column is in unchanged_toast.
+        placeholders = {c.index: (p, write_string(c.field)) for c in self.schemas.columns if (p := _placeholder(c))}
+        position = {write_string(c.field): c.index for c in self.schemas.columns}
+
+        def unavailable(row: Row, toast: list[bytes]) -> Row:
+            out = list(row)
+            for i, v in enumerate(row):
+                if v is ... and i in placeholders:
+                    out[i], name = placeholders[i]
+                    toast.append(name)
+            return tuple(out)
+
+        def nullable_long(x: int | None) -> bytes:
+            return b"\x00" if x is None else b"\x02" + write_long(x)
+
+        def encode_source(s: SourceInfo) -> None:
+            ts = s.ts_us
+            cache[1] = (
+                write_string(s.version) + head + write_long(ts // 1000) + b"\x00" + write_string(s.snapshot)
+            ) + write_string(s.db)
+            cache[2] = b"\x02" + write_long(ts) + b"\x02" + write_long(ts * 1000) + schema_table
+            cache[3] = b"\x00" + (b"\x00" if s.origin is None else b"\x02" + write_string(s.origin)) + b"\x00"
+            cache[3] += nullable_long(s.commit_lsn)
+            cache[0] = s
+
+        def in_before(_field: bytes) -> None:
+            raise ValueError("unchanged TOAST value in the old tuple")
+
+        def write_rows(before: Row | None, after: Row | None, a: Callable[[bytes], None], toast: list[bytes]) -> None:
+            try:
+                if before is None:
+                    a(b"\x00")
+                else:
+                    a(b"\x02")
+                    value_row(before, a, in_before)
+                if after is None:
+                    a(b"\x00")
+                else:
+                    a(b"\x02")
+                    if ... in after:
+                        value_row(unavailable(after, toast), a, toast.append)
+                        toast.sort(key=position.__getitem__)
+                    else:
+                        value_row(after, a, toast.append)
+            except ConversionError:
+                raise
+            except (ValueError, TypeError, IndexError, OverflowError, AttributeError, struct.error) as e:
+                raise diagnose(before, after, e) from e
+
+        def encode_value(  # noqa: PLR0917 - the Envelope's fields
+            op: str,
+            before: Row | None,
+            after: Row | None,
+            source: SourceInfo,
+            lsn: int | None,
+            ts_us: int | None,
+            transaction: TxInfo | None = None,
+        ) -> bytes:
+            parts: list[bytes] = []
+            a = parts.append
+            toast: list[bytes] = []
+            write_rows(before, after, a, toast)
+            if source is not cache[0]:
+                encode_source(source)
+            a(cache[1])
+            seq = sequence(source.last_commit_lsn, lsn)
+            a(b"\x00" if seq is None else b"\x02" + write_string(seq))
+            a(cache[2])
+            a(nullable_long(source.tx_id))
+            a(nullable_long(lsn))
+            a(cache[3])
+            if transaction is None:
+                a(b"\x00")
+            else:
+                a(b"\x02" + write_string(debezium_transaction_id(source.tx_id, lsn, transaction.id)))
+                a(write_long(transaction.total_order))
+                a(write_long(transaction.data_collection_order))
+            o = _OPS.get(op)
+            if o is None:
+                raise ConversionError(f"unknown envelope op {op!r} (expected c, u, d, r or t)", value=op)
+            a(o)
+            if ts_us is None:
+                a(b"\x00\x00\x00")
+            else:
+                a(b"\x02" + write_long(ts_us // 1000) + b"\x02" + write_long(ts_us))
+                a(b"\x02" + write_long(ts_us * 1000))
+            if toast:
+                a(varint(len(toast) << 1))
+                a(b"".join(toast))
+            a(b"\x00")
+            return b"".join(parts)
+
+        return encode_value
+
+    def key_json(self, row: Row) -> bytes:
+        """The key of ``row`` as JSON text, as Debezium's key-change headers carry it (``{"id":10}``; bytes in
+        base64, as Kafka Connect's JSON)."""
+        key = {c.field: _datum(c, row[c.index]) for c in self._key_columns}
+        return json.dumps(key, separators=(",", ":"), default=_json_bytes).encode()
+
     def _encode_key(self, row: Row) -> bytes:
         """The Avro binary Key record of ``row`` (its replica identity columns). The table must have a key."""
         key_row = self._reference_key_row
@@ -527,7 +684,8 @@ class EnvelopeEncoder:
             v = row[col.index]
             if v is ...:
                 toast.append(col.field)
-            out[col.field] = _datum(col, v)
+            default = self._defaults.get(col.index)
+            out[col.field] = default[1] if default is not None and (v is None or v is ...) else _datum(col, v)
         return out, toast
 
     def envelope_record(  # noqa: PLR0917 - the same arguments as encode_value
@@ -543,6 +701,8 @@ class EnvelopeEncoder:
         """The datum dict ``fastavro.schemaless_writer`` needs for the same Envelope (slow reference path)."""
         rel = self.schemas.relation
         after_rec, toast = (None, []) if after is None else self.value_record(after)
+        if self.schemas.debezium:
+            return self._debezium_record(op, before, after_rec, toast, source, lsn, ts_us, transaction)
         return {
             "before": None if before is None else self.value_record(before)[0],
             "after": after_rec,
@@ -574,6 +734,100 @@ class EnvelopeEncoder:
             },
             "unchanged_toast": toast,
         }
+
+    def _debezium_record(  # noqa: PLR0917 - envelope_record's arguments
+        self,
+        op: str,
+        before: Row | None,
+        after: dict[str, Datum] | None,
+        toast: list[str],
+        source: SourceInfo,
+        lsn: int | None,
+        ts_us: int | None,
+        transaction: TxInfo | None,
+    ) -> dict[str, Any]:
+        rel = self.schemas.relation
+        if after is not None:
+            for col in self.schemas.columns:
+                placeholder = _placeholder(col)
+                if col.field in toast and placeholder is not None:
+                    after[col.field] = _datum(col, placeholder)
+        return {
+            "before": None if before is None else self.value_record(before)[0],
+            "after": after,
+            "source": {
+                "version": source.version,
+                "connector": CONNECTOR,
+                "name": self.schemas.prefix,
+                "ts_ms": source.ts_us // 1000,
+                "snapshot": source.snapshot,
+                "db": source.db,
+                "sequence": sequence(source.last_commit_lsn, lsn),
+                "ts_us": source.ts_us,
+                "ts_ns": source.ts_us * 1000,
+                "schema": rel.schema or "pg_catalog",
+                "table": rel.name,
+                "txId": source.tx_id,
+                "lsn": lsn,
+                "xmin": None,
+                "origin": source.origin,
+                "origin_lsn": None,
+                "commit_lsn": source.commit_lsn,
+            },
+            "transaction": None
+            if transaction is None
+            else {
+                "id": debezium_transaction_id(source.tx_id, lsn, transaction.id),
+                "total_order": transaction.total_order,
+                "data_collection_order": transaction.data_collection_order,
+            },
+            "op": op,
+            "ts_ms": None if ts_us is None else ts_us // 1000,
+            "ts_us": ts_us,
+            "ts_ns": None if ts_us is None else ts_us * 1000,
+            "unchanged_toast": toast,
+        }
+
+
+_DEFAULTS: Final[dict[str, Datum]] = {
+    "string": "",
+    "int": 0,
+    "long": 0,
+    "float": 0.0,
+    "double": 0.0,
+    "boolean": False,
+    "bytes": b"",
+    "array": [],
+    "record": b"\x00\x02\x00",  # VariableScaleDecimal {scale 0, value 0}
+}
+
+
+def default_value(col: ColumnSchema) -> tuple[bytes, Datum]:
+    """What Debezium writes for a NOT NULL column whose value a key-only old row lacks: the type's zero (``''``,
+    0, false, an empty array), encoded and as a datum."""
+    m = col.mapping
+    branch = m.branches[0]
+    decimal = m.kind == "bytes" and isinstance(branch, dict) and branch.get("logicalType") == "decimal"
+    datum = b"\x00" if decimal else _DEFAULTS[m.kind]
+    encoded = _array_writer(m, False)(datum) if m.kind == "array" else _KIND_WRITERS[m.kind](datum)
+    return encoded, datum
+
+
+def _json_bytes(value: object) -> str:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _placeholder(col: ColumnSchema) -> str | bytes | None:
+    """What Debezium sends for an unchanged TOAST value of the column, as a tuple value (text for the string
+    types read as they are, the binary form for bytea); None: the column stays null."""
+    m = col.mapping
+    if m.kind == "string" and m.from_text is identity:
+        return UNAVAILABLE
+    if m.kind == "bytes" and m.from_binary is bytes:
+        return UNAVAILABLE.encode()
+    return None
 
 
 def _datum(col: ColumnSchema, v: object) -> Datum:

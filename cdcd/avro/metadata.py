@@ -14,8 +14,8 @@ from typing import Any, Final
 
 from fastavro import parse_schema, schemaless_writer
 
-from cdcd.avro.encoder import SourceInfo, sequence, write_long, write_string
-from cdcd.avro.schema import source_schema
+from cdcd.avro.encoder import SourceInfo, TxInfo, debezium_transaction_id, sequence, write_long, write_string
+from cdcd.avro.schema import block_schema, source_schema
 from cdcd.native import native as _native
 from cdcd.pgoutput.messages import LogicalMessage
 
@@ -86,6 +86,85 @@ TRANSACTION_VALUE: Final[dict[str, Any]] = {
     ],
 }
 
+# Debezium's own layouts of the same events (kafka.envelope: debezium)
+DEBEZIUM_MESSAGE_KEY: Final[dict[str, Any]] = {
+    "type": "record",
+    "name": "MessageKey",
+    "namespace": "io.debezium.connector.postgresql",
+    "fields": [{"name": "prefix", "type": ["null", "string"], "default": None}],
+    "connect.version": 1,
+    "connect.name": "io.debezium.connector.postgresql.MessageKey",
+}
+
+
+def debezium_message_value_schema() -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": "MessageValue",
+        "namespace": "io.debezium.connector.postgresql",
+        "fields": [
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            {"name": "source", "type": source_schema(debezium=True)},
+            {"name": "transaction", "type": ["null", block_schema()], "default": None},
+            {
+                "name": "message",
+                "type": {
+                    "type": "record",
+                    "name": "Message",
+                    "fields": [
+                        {"name": "prefix", "type": ["null", "string"], "default": None},
+                        {"name": "content", "type": ["null", "bytes"], "default": None},
+                    ],
+                    "connect.version": 1,
+                    "connect.name": "io.debezium.connector.postgresql.Message",
+                },
+            },
+        ],
+        "connect.version": 1,
+        "connect.name": "io.debezium.connector.postgresql.MessageValue",
+    }
+
+
+DEBEZIUM_TRANSACTION_KEY: Final[dict[str, Any]] = {
+    **TRANSACTION_KEY,
+    "connect.version": 1,
+    "connect.name": "io.debezium.connector.common.TransactionMetadataKey",
+}
+DEBEZIUM_TRANSACTION_VALUE: Final[dict[str, Any]] = {
+    **TRANSACTION_VALUE,
+    "fields": [
+        *TRANSACTION_VALUE["fields"][:3],
+        {
+            "name": "data_collections",
+            "type": [
+                "null",
+                {
+                    "type": "array",
+                    "items": [
+                        "null",
+                        {
+                            "type": "record",
+                            "name": "collection",
+                            "namespace": "event",
+                            "fields": [
+                                {"name": "data_collection", "type": "string"},
+                                {"name": "event_count", "type": "long"},
+                            ],
+                            "connect.version": 1,
+                            "connect.name": "event.collection",
+                        },
+                    ],
+                },
+            ],
+            "default": None,
+        },
+        TRANSACTION_VALUE["fields"][4],
+    ],
+    "connect.version": 1,
+    "connect.name": "io.debezium.connector.common.TransactionMetadataValue",
+}
+
 _PARSED: dict[str, Any] = {}
 
 
@@ -131,6 +210,55 @@ def encode_message(prefix_name: str, message: LogicalMessage, source: SourceInfo
         },
     )
     return key, value
+
+
+def encode_debezium_message(
+    prefix_name: str, message: LogicalMessage, source: SourceInfo, ts_ms: int, transaction: TxInfo | None
+) -> tuple[bytes, bytes]:
+    """Key and value of a logical decoding message event in Debezium's layout (a transactional message carries
+    the transaction block, its id ``<xid>:<message LSN>``)."""
+    key = _encode("debezium_message_key", DEBEZIUM_MESSAGE_KEY, {"prefix": message.prefix})
+    lsn = message.lsn
+    block = None
+    if transaction is not None:
+        block = {
+            "id": debezium_transaction_id(source.tx_id, lsn, transaction.id),
+            "total_order": transaction.total_order,
+            "data_collection_order": transaction.data_collection_order,
+        }
+    datum = {
+        "op": "m",
+        "ts_ms": ts_ms,
+        "source": {
+            **_source(source, lsn, prefix_name),
+            "ts_ns": source.ts_us * 1000,
+            "xmin": None,
+            "origin_lsn": None,
+        },
+        "transaction": block,
+        "message": {"prefix": message.prefix, "content": message.content},
+    }
+    return key, _encode("debezium_message_value", debezium_message_value_schema(), datum)
+
+
+def encode_debezium_transaction(
+    status: str, txn_id: str, ts_ms: int, event_count: int | None, data_collections: tuple[tuple[str, int], ...] | None
+) -> tuple[bytes, bytes]:
+    """Key and value of a BEGIN or END event in Debezium's layout (its collection records are nullable)."""
+    key = _encode("debezium_transaction_key", DEBEZIUM_TRANSACTION_KEY, {"id": txn_id})
+    collections = (
+        None
+        if data_collections is None
+        else [{"data_collection": name, "event_count": count} for name, count in data_collections]
+    )
+    datum = {
+        "status": status,
+        "id": txn_id,
+        "event_count": event_count,
+        "data_collections": collections,
+        "ts_ms": ts_ms,
+    }
+    return key, _encode("debezium_transaction_value", DEBEZIUM_TRANSACTION_VALUE, datum)
 
 
 @dataclass(frozen=True)

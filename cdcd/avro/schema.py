@@ -9,8 +9,8 @@ whose names sanitize to the same field name are a SchemaError (no silent renamin
 columns are added or dropped).
 
 Value: every column, each ``["null", T]`` with default null (pgoutput does not say which columns are NOT
-NULL, and a key column can be null in ``before`` when the old tuple only carries the key). Key: the replica
-identity columns (``is_key``), not nullable; None when there are none (REPLICA IDENTITY NOTHING, or FULL).
+NULL, and a key column can be null in ``before`` when the old tuple only carries the key). Key: the columns
+flagged ``is_key`` (the replica identity; under FULL the primary key), not nullable; None when there are none.
 
 Envelope fields, in order: before, after (["null", Value]), source, op, ts_ms, ts_us (["null", "long"],
 Debezium's processing time), transaction (["null", event.block]), unchanged_toast (array of the Value field
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from cdcd.avro.debezium import debezium_mapping
 from cdcd.avro.types import AvroSchema, TypeMapping, type_mapping
 from cdcd.pgoutput.messages import Relation, Type
 
@@ -59,6 +60,44 @@ SOURCE_FIELDS: tuple[dict[str, Any], ...] = (
 )
 
 
+# Debezium 3.x's Source record, in its order, with cdcd's commit_lsn added last (kafka.envelope: debezium)
+_NULL_LONG: Final = ["null", "long"]
+DEBEZIUM_SOURCE_FIELDS: tuple[dict[str, Any], ...] = (
+    {"name": "version", "type": "string"},
+    {"name": "connector", "type": "string"},
+    {"name": "name", "type": "string"},
+    {"name": "ts_ms", "type": "long"},
+    {
+        "name": "snapshot",
+        "type": [
+            {
+                "type": "string",
+                "connect.version": 1,
+                "connect.parameters": {
+                    "allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
+                },
+                "connect.default": "false",
+                "connect.name": "io.debezium.data.Enum",
+            },
+            "null",
+        ],
+        "default": "false",
+    },
+    {"name": "db", "type": "string"},
+    {"name": "sequence", "type": ["null", "string"], "default": None},
+    {"name": "ts_us", "type": _NULL_LONG, "default": None},
+    {"name": "ts_ns", "type": _NULL_LONG, "default": None},
+    {"name": "schema", "type": "string"},
+    {"name": "table", "type": "string"},
+    {"name": "txId", "type": _NULL_LONG, "default": None},
+    {"name": "lsn", "type": _NULL_LONG, "default": None},
+    {"name": "xmin", "type": _NULL_LONG, "default": None},
+    {"name": "origin", "type": ["null", "string"], "default": None},
+    {"name": "origin_lsn", "type": _NULL_LONG, "default": None},
+    {"name": "commit_lsn", "type": _NULL_LONG, "default": None},
+)
+
+
 class SchemaError(ValueError):
     """The table cannot be given an Avro schema (e.g. two columns sanitize to the same field name)."""
 
@@ -85,11 +124,12 @@ class ColumnSchema:
     field: str  # the Avro field name
     is_key: bool
     mapping: TypeMapping
+    required: bool = False  # not nullable in the Value record (kafka.envelope: debezium, NOT NULL columns)
 
 
 @dataclass(frozen=True, slots=True)
 class RelationSchemas:
-    """The schemas of one Relation. ``key`` is None when the table has no replica identity columns."""
+    """The schemas of one Relation. ``key`` is None when the table has no key columns."""
 
     relation: Relation
     prefix: str
@@ -98,6 +138,7 @@ class RelationSchemas:
     key: dict[str, Any] | None
     value: dict[str, Any]
     envelope: dict[str, Any]
+    debezium: bool = False  # Debezium's type map and envelope layout (kafka.envelope: debezium)
 
     @property
     def table(self) -> str:
@@ -122,8 +163,13 @@ def _field(col: ColumnSchema, nullable: bool) -> dict[str, Any]:
     return f
 
 
-def source_schema() -> dict[str, Any]:
-    return {"type": "record", "name": SOURCE_NAME, "fields": [dict(f) for f in SOURCE_FIELDS]}
+def source_schema(*, debezium: bool = False) -> dict[str, Any]:
+    fields = DEBEZIUM_SOURCE_FIELDS if debezium else SOURCE_FIELDS
+    schema: dict[str, Any] = {"type": "record", "name": SOURCE_NAME, "fields": [dict(f) for f in fields]}
+    if debezium:
+        schema["connect.version"] = 1
+        schema["connect.name"] = SOURCE_NAME
+    return schema
 
 
 def block_schema() -> dict[str, Any]:
@@ -138,11 +184,14 @@ def block_schema() -> dict[str, Any]:
     }
 
 
-def build_schemas(relation: Relation, prefix: str, types: dict[int, Type] | None = None) -> RelationSchemas:
+def build_schemas(
+    relation: Relation, prefix: str, types: dict[int, Type] | None = None, *, debezium: bool = False
+) -> RelationSchemas:
     """Key, Value and Envelope schemas for ``relation``.
 
     ``prefix`` is the topic prefix (Debezium's ``topic.prefix``); ``types`` the pgoutput Type messages seen so
     far by OID: a column of such a user type (enum, domain, ...) is a string whose field documents the type.
+    ``debezium``: columns in Debezium's type map (``cdcd.avro.debezium``, ``kafka.envelope: debezium``).
     """
     types = types or {}
     ns = namespace(prefix, relation)
@@ -158,15 +207,18 @@ def build_schemas(relation: Relation, prefix: str, types: dict[int, Type] | None
         seen[fname] = col.name
         t = types.get(col.type_oid)
         user = f"{t.schema or 'pg_catalog'}.{t.name}" if t is not None else None
-        columns.append(
-            ColumnSchema(i, col.name, fname, col.is_key, type_mapping(col.type_oid, col.type_modifier, user))
-        )
+        if debezium:
+            m = debezium_mapping(col.type_oid, col.type_modifier, user, None if t is None else t.labels)
+        else:
+            m = type_mapping(col.type_oid, col.type_modifier, user)
+        required = debezium and (col.is_key or col.not_null)  # Debezium: NOT NULL columns are not nullable
+        columns.append(ColumnSchema(i, col.name, fname, col.is_key, m, required))
     value = {
         "type": "record",
         "name": "Value",
         "namespace": ns,
         "connect.name": f"{ns}.Value",
-        "fields": [_field(c, True) for c in columns],
+        "fields": [_field(c, not c.required) for c in columns],
     }
     keys = [c for c in columns if c.is_key]
     key = (
@@ -185,18 +237,40 @@ def build_schemas(relation: Relation, prefix: str, types: dict[int, Type] | None
         "name": "Envelope",
         "namespace": ns,
         "connect.name": f"{ns}.Envelope",
-        "fields": [
-            {"name": "before", "type": ["null", value], "default": None},
-            {"name": "after", "type": ["null", f"{ns}.Value"], "default": None},
-            {"name": "source", "type": source_schema()},
-            {"name": "op", "type": "string"},
-            {"name": "ts_ms", "type": ["null", "long"], "default": None},
-            {"name": "ts_us", "type": ["null", "long"], "default": None},
-            {"name": "transaction", "type": ["null", block_schema()], "default": None},
-            {"name": "unchanged_toast", "type": {"type": "array", "items": "string"}, "default": []},
-        ],
+        "fields": _debezium_envelope_fields(value) if debezium else _envelope_fields(value, ns),
     }
-    return RelationSchemas(relation, prefix, ns, tuple(columns), key, value, envelope)
+    return RelationSchemas(relation, prefix, ns, tuple(columns), key, value, envelope, debezium)
+
+
+_UNCHANGED_TOAST: Final = {"name": "unchanged_toast", "type": {"type": "array", "items": "string"}, "default": []}
+
+
+def _envelope_fields(value: dict[str, Any], ns: str) -> list[dict[str, Any]]:
+    return [
+        {"name": "before", "type": ["null", value], "default": None},
+        {"name": "after", "type": ["null", f"{ns}.Value"], "default": None},
+        {"name": "source", "type": source_schema()},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+        {"name": "ts_us", "type": ["null", "long"], "default": None},
+        {"name": "transaction", "type": ["null", block_schema()], "default": None},
+        dict(_UNCHANGED_TOAST),
+    ]
+
+
+def _debezium_envelope_fields(value: dict[str, Any]) -> list[dict[str, Any]]:
+    """Debezium's order (transaction before op; ts_ns), unchanged_toast added last."""
+    return [
+        {"name": "before", "type": ["null", value], "default": None},
+        {"name": "after", "type": ["null", value["namespace"] + ".Value"], "default": None},
+        {"name": "source", "type": source_schema(debezium=True)},
+        {"name": "transaction", "type": ["null", block_schema()], "default": None},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": _NULL_LONG, "default": None},
+        {"name": "ts_us", "type": _NULL_LONG, "default": None},
+        {"name": "ts_ns", "type": _NULL_LONG, "default": None},
+        dict(_UNCHANGED_TOAST),
+    ]
 
 
 def column_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -181,8 +181,10 @@ class TypeMapping:
 
     ``branches`` are the non-null Avro types of the field (one, or [array, string] for arrays);
     ``kind`` the primitive the datum is written as ("boolean", "int", "long", "float", "double", "bytes",
-    "string" or "array"); ``from_text`` / ``from_binary`` turn a tuple value into a datum (raising
-    ValueError, TypeError or struct.error on bad input); ``element`` is set for arrays.
+    "string" or "array"; "record" for a record-valued type, whose datum is its encoded bytes);
+    ``from_text`` / ``from_binary`` turn a tuple value into a datum (raising ValueError, TypeError or
+    struct.error on bad input); ``element`` is set for arrays; ``compiled`` False keeps the compiled row
+    writer from converting the type itself (another type map's conversion: the reference writer's).
     """
 
     pg_type: str
@@ -192,6 +194,7 @@ class TypeMapping:
     from_binary: Callable[[bytes], Datum]
     element: TypeMapping | None = None
     doc: str | None = field(default=None)
+    compiled: bool = True  # whether cdcd._native's conversion of this type and schema applies (cdcd's own map)
 
 
 def _m(type_oid: int, avro: AvroSchema, kind: str) -> TypeMapping:
@@ -258,7 +261,7 @@ def _scalar(type_oid: int, typmod: int) -> TypeMapping | None:
     return _BASE.get(type_oid)
 
 
-def _array(element: TypeMapping) -> TypeMapping:
+def array_mapping(element: TypeMapping) -> TypeMapping:
     etext, ebinary = element.from_text, element.from_binary
 
     def from_text(s: str) -> list[Datum] | str:
@@ -285,7 +288,7 @@ def type_mapping(type_oid: int, typmod: int = -1, user_type: str | None = None) 
     if element_oid is not None:
         element = _scalar(element_oid, typmod)
         assert element is not None
-        return _array(element)
+        return array_mapping(element)
     if user_type is not None:
         return TypeMapping(
             user_type,

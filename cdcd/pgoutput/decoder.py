@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 
 from cdcd.native import native as _native
 from cdcd.pgoutput.errors import DecodeError
@@ -35,6 +36,7 @@ from cdcd.pgoutput.messages import (
     StreamPrepare,
     StreamStart,
     StreamStop,
+    TableFacts,
     Truncate,
     Type,
     Value,
@@ -210,11 +212,24 @@ _NATIVE_READ_TUPLE = _native_tuple_reader()
 class Decoder:
     """Stateful decoder for one replication session. Create a new one after reconnecting."""
 
-    def __init__(self, encoding: str = "utf-8", *, parallel_streaming: bool = False, native: bool = True) -> None:
+    def __init__(
+        self,
+        encoding: str = "utf-8",
+        *,
+        parallel_streaming: bool = False,
+        native: bool = True,
+        describe: Callable[[Relation], TableFacts] | None = None,
+        labels: Callable[[Type], tuple[str, ...] | None] | None = None,
+    ) -> None:
         """``parallel_streaming``: the session asked for streaming = parallel (protocol 4), so every Stream
         Abort carries the abort LSN and timestamp; otherwise none does. ``native``: read tuples with
-        cdcd._native when it is loaded (False: the Python reference only)."""
+        cdcd._native when it is loaded (False: the Python reference only). ``describe``: the catalog's facts of a
+        table (from the edge), applied to each Relation: its NOT NULL columns, and under REPLICA IDENTITY FULL the
+        primary key as the key columns (without it such tables have none); ``labels``: an enum type's labels,
+        added to its Type message."""
         self.encoding = encoding
+        self.describe = describe
+        self.labels = labels
         self.parallel_streaming = parallel_streaming
         self.relations: dict[int, Relation] = {}
         self.types: dict[int, Type] = {}
@@ -270,14 +285,35 @@ class Decoder:
         reader.end()
         # State changes only once the whole message proved well-formed.
         if isinstance(message, Relation):
+            message = self._described(message)
             self.relations[message.relation_id] = message
         elif isinstance(message, Type):
+            if self.labels is not None:
+                message = replace(message, labels=self.labels(message))
             self.types[message.type_oid] = message
         elif isinstance(message, StreamStart):
             self.in_stream = True
         elif isinstance(message, StreamStop):
             self.in_stream = False
         return message
+
+    def _described(self, relation: Relation) -> Relation:
+        """The relation with the catalog's facts: NOT NULL columns; under REPLICA IDENTITY FULL (pgoutput flags
+        every column, which is no row identity) the primary key as its key, when all its columns are sent."""
+        full = relation.replica_identity == "f"
+        if self.describe is None:
+            if not full:
+                return relation
+            facts = TableFacts()
+        else:
+            facts = self.describe(relation)
+        names = {c.name for c in relation.columns}
+        key = facts.primary_key if facts.primary_key <= names else frozenset()
+        columns = tuple(
+            replace(c, is_key=c.name in key if full else c.is_key, not_null=c.name in facts.not_null)
+            for c in relation.columns
+        )
+        return replace(relation, columns=columns)
 
     # -- changes (hot path) -------------------------------------------------------------------
 

@@ -22,11 +22,20 @@ ReplicaIdentity = Literal["d", "n", "f", "i"]  # default (primary key), nothing,
 
 
 @dataclass(frozen=True, slots=True)
+class TableFacts:
+    """What the catalog knows of a table that pgoutput does not send: its primary key and NOT NULL columns."""
+
+    primary_key: frozenset[str] = frozenset()
+    not_null: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Column:
     name: str
     type_oid: int
     type_modifier: int
-    is_key: bool  # part of the replica identity
+    is_key: bool  # keys the table's events: part of the replica identity; under FULL, of the primary key
+    not_null: bool = False  # NOT NULL in the catalog (not sent by pgoutput: the decoder's ``describe`` fills it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +58,7 @@ class Type:
     schema: str
     name: str
     xid: int | None = None
+    labels: tuple[str, ...] | None = None  # an enum's labels, from the catalog (the decoder's ``describe``)
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,7 +144,12 @@ class ReplicationLoop:
             previous, self._timeline = self._timeline, info.timeline
             check_timeline(previous, info, walsender, self.published_lsn, self.progress.flushed_lsn)
             plans = Plans()
-            decoder = Decoder(info.encoding, parallel_streaming=info.parallel_streaming)
+            decoder = Decoder(
+                info.encoding,
+                parallel_streaming=info.parallel_streaming,
+                describe=walsender.describe,
+                labels=walsender.labels,
+            )
             core = self.core = ReplicationCore(
                 decoder,
                 Assembler(self.pool),

@@ -60,6 +60,7 @@ class KafkaSink(AtLeastOnce):
             self,
             transaction_topic=kafka.transaction_topic,
             tombstones_on_delete=kafka.tombstones_on_delete,
+            debezium=kafka.envelope == "debezium",
         )
         self.events = self.shaper.events  # (table, op) -> events produced
         self.delivery_errors = 0

@@ -23,7 +23,7 @@ from cdcd.pgoutput.messages import Column, Relation, Row, Type
 from cdcd.snapshot import control
 from cdcd.snapshot.copy import row_reader
 from cdcd.snapshot.xids import SnapshotXids
-from cdcd.source.catalog import ancestors, describe_table, index_columns
+from cdcd.source.catalog import ancestors, describe_table, enum_labels, index_columns, table_facts
 from cdcd.source.walsender import SourceDisconnected, SourceError, connect
 
 Conn = psycopg.Connection[Any]
@@ -79,7 +79,11 @@ def describe(conn: Conn, name: str) -> SnapshotTable:
     key = info.identity_columns if identity in ("i", "d") else ()
     key = key or index_columns(conn, info.oid, "i.indisprimary")
     schema, table = _split(name)
-    columns = tuple(Column(c.name, c.type_oid, c.type_modifier, c.name in info.identity_columns) for c in info.columns)
+    keyed = key if identity == "f" else info.identity_columns  # as the stream's Relation (Decoder.describe)
+    not_null = table_facts(conn, info.oid).not_null
+    columns = tuple(
+        Column(c.name, c.type_oid, c.type_modifier, c.name in keyed, c.name in not_null) for c in info.columns
+    )
     relation = Relation(info.oid, schema, table, identity, columns)  # type: ignore[arg-type]
     types = conn.execute(
         "SELECT t.oid, n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
@@ -93,7 +97,8 @@ def describe(conn: Conn, name: str) -> SnapshotTable:
         ).fetchone()[0]  # type: ignore[index]
         for k in key
     )
-    return SnapshotTable(name, relation, key, key_types, info.partitioned, tuple(Type(*t) for t in types))
+    described = tuple(Type(oid, nsp, typ, None, enum_labels(conn, oid)) for oid, nsp, typ in types)
+    return SnapshotTable(name, relation, key, key_types, info.partitioned, described)
 
 
 def select_sql(

@@ -7,6 +7,8 @@
   after the filters passed their checks, so cdcd never writes a filter that would make the application's
   UPDATE or DELETE fail.
 * ``ancestors``: a partition's ancestors, looked up while streaming when they decide which filters apply.
+* ``table_facts``, ``enum_labels``: what pgoutput does not send of a table (primary key, NOT NULL columns) and of
+  an enum type (its labels), looked up when the Relation or Type message arrives.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from psycopg import sql
 from cdcd.config import ALL_OPS, Publication, TableRef
 from cdcd.filters.checks import ColumnInfo, FilterReport, TableInfo, check_filters
 from cdcd.filters.plan import FilterPlan
+from cdcd.pgoutput.messages import TableFacts
 
 log = structlog.get_logger("cdcd.source")
 
@@ -81,6 +84,24 @@ def index_columns(conn: Conn, oid: int, which: str) -> tuple[str, ...]:
         [oid],
     ).fetchall()
     return tuple(r[0] for r in rows)
+
+
+def table_facts(conn: Conn, relation_id: int) -> TableFacts:
+    """A table's primary key and NOT NULL columns (nothing for a table that is gone)."""
+    rows = conn.execute(
+        "SELECT a.attname, a.attnotnull, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid"
+        " AND i.indisprimary AND a.attnum = ANY (i.indkey))"
+        " FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
+        [relation_id],
+    ).fetchall()
+    return TableFacts(frozenset(n for n, _, pk in rows if pk), frozenset(n for n, nn, _ in rows if nn))
+
+
+def enum_labels(conn: Conn, type_oid: int) -> tuple[str, ...] | None:
+    """An enum type's labels in their order; None when the type is no enum."""
+    rows = conn.execute("SELECT enumlabel FROM pg_enum WHERE enumtypid = %s ORDER BY enumsortorder", [type_oid])
+    labels = tuple(r[0] for r in rows.fetchall())
+    return labels or None
 
 
 def ancestors(conn: Conn, relation_id: int) -> list[str]:

@@ -7,9 +7,10 @@ This is the only place that talks the replication protocol over the network (psy
 from __future__ import annotations
 
 import select
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import structlog
@@ -19,12 +20,20 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from cdcd.config import ConfigError, SourceSettings, safe_conninfo_error
 from cdcd.filters.plan import FilterPlan
 from cdcd.lsn import parse_lsn
-from cdcd.pgoutput.messages import Relation
+from cdcd.pgoutput.messages import Relation, TableFacts, Type
 from cdcd.secrets import redact
-from cdcd.source.catalog import PublicationError, ancestors, prepare_filters, sync_publications
+from cdcd.source.catalog import (
+    PublicationError,
+    ancestors,
+    enum_labels,
+    prepare_filters,
+    sync_publications,
+    table_facts,
+)
 from cdcd.source.failover import SlotSync, failover_wanted, read_slot_sync
 from cdcd.source.protocol import protocol_version_for, quote_ident, start_replication_command
 
+T = TypeVar("T")
 log = structlog.get_logger("cdcd.source")
 
 # PostgreSQL encoding names -> Python codecs for the encodings a server database can use.
@@ -189,6 +198,23 @@ class Walsender:
             raise SourceDisconnected("catalog connection is not open")
         try:
             return ancestors(self._admin, relation.relation_id)
+        except psycopg.Error as exc:
+            raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
+
+    def describe(self, relation: Relation) -> TableFacts:
+        """The catalog's facts of a replicated relation that pgoutput does not send (its primary key, NOT NULL
+        columns), read from the catalog connection when its Relation message arrives."""
+        return self._catalog(lambda conn: table_facts(conn, relation.relation_id))
+
+    def labels(self, type_: Type) -> tuple[str, ...] | None:
+        """The labels of an enum type (None for other types), when its Type message arrives."""
+        return self._catalog(lambda conn: enum_labels(conn, type_.type_oid))
+
+    def _catalog(self, query: Callable[[psycopg.Connection[Any]], T]) -> T:
+        if self._admin is None:
+            raise SourceDisconnected("catalog connection is not open")
+        try:
+            return query(self._admin)
         except psycopg.Error as exc:
             raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
 

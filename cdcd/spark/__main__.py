@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-offsets-per-trigger", type=int, help="cap on Kafka messages per micro-batch")
     p.add_argument("--starting-offsets", default="earliest", help="where a new checkpoint starts (earliest|latest)")
     p.add_argument("--key", action="append", default=[], metavar="SCHEMA.TABLE=COL[,COL]",
-                   help="key columns of a table without a replica identity key (REPLICA IDENTITY FULL)")  # fmt: skip
+                   help="key columns of a table whose topic has no key (no primary key)")  # fmt: skip
     p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                    help="Kafka source option, e.g. kafka.security.protocol=SSL")  # fmt: skip
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark configuration")

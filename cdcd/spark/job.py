@@ -428,7 +428,7 @@ class BatchWriter:
             return state.keys
         if batch.rows and tb.name not in self.warned:
             self.warned.add(tb.name)
-            log.warning("%s has no key (REPLICA IDENTITY FULL or NOTHING): not mirrored; give one with --key", tb.name)
+            log.warning("%s has no key (no primary key): not mirrored; give one with --key", tb.name)
         return None
 
     def _mirror(self, tb: TableBatch, batch: BatchSummary) -> None:

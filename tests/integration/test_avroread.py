@@ -244,7 +244,7 @@ def test_go_reader_agrees_with_postgres_and_python(run15: Run, avroread: Path) -
     assert "note" not in typed[0]["value"]["after"]
     assert typed[-1]["value"]["after"]["note"] == "note 40"
     nokey = [line for line in lines if line["topic"] == f"{prefix}.public.nokey"]
-    assert [line["key"] for line in nokey] == [None] * 4  # REPLICA IDENTITY FULL: no key
+    assert [line["key"] for line in nokey] == [None] * 4  # REPLICA IDENTITY FULL, no primary key: no key
     changes = [(line["value"]["op"], line["value"]["before"]) for line in nokey]
     assert changes == [("c", None), ("c", None), ("u", {"v": "one"}), ("d", {"v": "two"})]
 

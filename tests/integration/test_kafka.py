@@ -65,12 +65,16 @@ def test_committed_changes_arrive_in_order_with_tombstones_and_transactions(run:
     interleaved_workload(db.dsn(), model)
     expected = expected_events(model)
     total = sum(len(v) for v in expected.values())
-    deletes = sum(1 for c in expected["items"] if c[0] == "d")  # each gets a tombstone (audit has no key)
+    deletes = sum(1 for table in ("items", "audit") for c in expected[table] if c[0] == "d")  # each: a tombstone
     run.consume_until(lambda events: len(data_events(events, run.prefix)) >= total + deletes)
     for table in ("items", "audit"):
         assert observed(run.events, run.prefix, table) == expected[table]
-    assert all(e.key is None for e in run.events if e.topic.endswith(".audit"))  # REPLICA IDENTITY FULL: no key
-    assert all(e.key is not None for e in run.events if e.topic.endswith(".items"))
+    for e in run.events:  # keyed by the primary key, REPLICA IDENTITY FULL (audit) too
+        if e.topic.endswith((".audit", ".items")):
+            assert e.key is not None
+            if e.value is not None:
+                row = e.value["before"] if e.value["op"] == "d" else e.value["after"]
+                assert e.key == {"id": row["id"]}
     # Each keyed delete is followed by a tombstone with the same key.
     for topic in {e.topic for e in data_events(run.events, run.prefix)}:
         stream = [e for e in run.events if e.topic == topic]
@@ -276,4 +280,42 @@ def test_a_delivery_error_stops_the_daemon_and_the_transaction_is_not_lost(run: 
     run.start(topic_config={"max.message.bytes": "2000"}, transaction_topic=False)
     events = run.consume_until(lambda ev: any(e.value and e.value["after"]["id"] == 2 for e in ev if e.topic == topic))
     assert len(next(e.value["after"]["v"] for e in events if e.value and e.value["after"]["id"] == 2)) == 32_000
+    assert run.stop() == 0
+
+
+def test_replica_identity_full_is_keyed_by_the_primary_key(run: Run, db: Database) -> None:
+    """Under REPLICA IDENTITY FULL pgoutput flags every column as identity; events are keyed by the primary key
+    read from the catalog (a composite one here, declared in another order than the columns), in the initial
+    snapshot and the stream: tombstones and key changes as for any keyed table. Without a primary key: no key."""
+    db.execute(
+        "CREATE TABLE f (a int, b text, v text, PRIMARY KEY (b, a)); ALTER TABLE f REPLICA IDENTITY FULL;"
+        "CREATE TABLE g (v text); ALTER TABLE g REPLICA IDENTITY FULL;"
+        "INSERT INTO f VALUES (1, 'x', 'snap'); INSERT INTO g VALUES ('snap');"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE f, g"
+    )
+    run.start()
+    db.execute("INSERT INTO f VALUES (2, 'y', 'new'), (3, 'z', 'gone'); INSERT INTO g VALUES ('new')")
+    db.execute("UPDATE f SET v = 'changed' WHERE a = 2; UPDATE g SET v = 'changed'")
+    db.execute("UPDATE f SET a = 20 WHERE a = 1")  # a key change: delete + tombstone + create
+    db.execute("DELETE FROM f WHERE a = 3; DELETE FROM g")
+    events = run.sync()
+    f = [
+        (e.key, e.value and e.value["op"], e.value and (e.value["after"] or e.value["before"])["v"], e.moved)
+        for e in events
+        if e.topic == f"{run.prefix}.public.f"
+    ]
+    one, two, three, moved = {"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"a": 3, "b": "z"}, {"a": 20, "b": "x"}
+    assert f == [
+        (one, "r", "snap", {}),
+        (two, "c", "new", {}),
+        (three, "c", "gone", {}),
+        (two, "u", "changed", {}),
+        (one, "d", "snap", {"__debezium.newkey": moved}),
+        (one, None, None, {}),
+        (moved, "c", "snap", {"__debezium.oldkey": one}),
+        (three, "d", "gone", {}),
+        (three, None, None, {}),
+    ]
+    g = [(e.key, e.value and e.value["op"]) for e in events if e.topic == f"{run.prefix}.public.g"]
+    assert g == [(None, "r"), (None, "c"), (None, "u"), (None, "u"), (None, "d"), (None, "d")]  # no tombstones
     assert run.stop() == 0

@@ -34,8 +34,8 @@ CREATE TABLE shop.items (id int PRIMARY KEY, v text NOT NULL, n int, price numer
     local timestamp, day date, big text, tags text[], ref uuid, raw bytea, ratio float8);
 ALTER TABLE shop.items ALTER COLUMN big SET STORAGE EXTERNAL;
 CREATE TABLE pairs (a int, b text, x int, PRIMARY KEY (a, b));
-CREATE TABLE audit (id int PRIMARY KEY, v text);
-ALTER TABLE audit REPLICA IDENTITY FULL;
+CREATE TABLE audit (id int NOT NULL, v text);
+ALTER TABLE audit REPLICA IDENTITY FULL; -- no primary key: a keyless topic, mirrored with --key
 CREATE PUBLICATION cdcd_pub FOR TABLE shop.items, pairs, audit;
 """
 TABLES = {"shop.items": ("id",), "public.pairs": ("a", "b"), "public.audit": ("id",)}

@@ -37,6 +37,7 @@ from cdcd.pgoutput.messages import (
     StreamPrepare,
     StreamStart,
     StreamStop,
+    TableFacts,
     Truncate,
     Type,
     Value,
@@ -218,8 +219,19 @@ def decoder_for(messages: list[Message]) -> Decoder:
     return Decoder(parallel_streaming=parallel)
 
 
+def as_decoded(relation: Relation) -> Relation:
+    """The decoder keeps no key columns under REPLICA IDENTITY FULL without its ``keys`` lookup."""
+    if relation.replica_identity != "f":
+        return relation
+    return dataclasses.replace(relation, columns=tuple(dataclasses.replace(c, is_key=False) for c in relation.columns))
+
+
 def expected(msg: Message, data: bytes) -> Message:
-    return dataclasses.replace(msg, size=len(data)) if isinstance(msg, RowChange) else msg
+    if isinstance(msg, RowChange):
+        return dataclasses.replace(msg, size=len(data), relation=as_decoded(msg.relation))
+    if isinstance(msg, Truncate):
+        return dataclasses.replace(msg, relations=tuple(as_decoded(r) for r in msg.relations))
+    return as_decoded(msg) if isinstance(msg, Relation) else msg
 
 
 # -- round trips ---------------------------------------------------------------------------------------------------
@@ -240,8 +252,51 @@ def test_message_sequences_round_trip(session: list[tuple[Message, int]]) -> Non
         decoded = decoder.decode(data, lsn)
         assert decoded == expected(msg, data)
         if isinstance(msg, Relation):
-            assert decoder.relations[msg.relation_id] == msg
+            assert decoder.relations[msg.relation_id] == as_decoded(msg)
     assert not decoder.in_stream
+
+
+@SETTINGS
+@given(relations(None), st.data())
+def test_relations_get_the_catalogs_facts(relation: Relation, data: st.DataObject) -> None:
+    """``describe`` (the catalog) flags NOT NULL columns of every relation, and under REPLICA IDENTITY FULL makes
+    the primary key the key columns, unless it names a column the Relation does not have; other identities keep
+    the key flags the server sent."""
+    names = [c.name for c in relation.columns]
+    some = st.lists(st.sampled_from(names), max_size=3) if names else st.just([])
+    keys = data.draw(some | st.just(["missing"]))
+    not_null = frozenset(data.draw(some))
+    asked: list[Relation] = []
+
+    def lookup(r: Relation) -> TableFacts:
+        asked.append(r)
+        return TableFacts(frozenset(keys), not_null)
+
+    decoder = Decoder(describe=lookup)
+    decoded = decoder.decode(enc.encode(relation))
+    assert isinstance(decoded, Relation)
+    assert asked == [relation]
+    assert decoder.relations[relation.relation_id] == decoded
+    assert [c.not_null for c in decoded.columns] == [c.name in not_null for c in relation.columns]
+    if relation.replica_identity == "f":
+        flagged = set(keys) if set(keys) <= set(names) else set()
+        assert [c.is_key for c in decoded.columns] == [c.name in flagged for c in relation.columns]
+    else:
+        assert [c.is_key for c in decoded.columns] == [c.is_key for c in relation.columns]
+    plain = tuple(
+        dataclasses.replace(c, is_key=o.is_key, not_null=False)
+        for c, o in zip(decoded.columns, relation.columns, strict=True)
+    )
+    assert dataclasses.replace(decoded, columns=plain) == relation
+
+
+def test_enum_types_get_their_labels() -> None:
+    decoder = Decoder(labels=lambda t: ("sad", "ok") if t.name == "mood" else None)
+    assert decoder.decode(enc.encode(Type(16_500, "public", "mood"))) == Type(
+        16_500, "public", "mood", None, ("sad", "ok")
+    )
+    assert decoder.types[16_500].labels == ("sad", "ok")
+    assert decoder.decode(enc.encode(Type(16_501, "public", "dom"))) == Type(16_501, "public", "dom")
 
 
 # -- truncation ----------------------------------------------------------------------------------------------------

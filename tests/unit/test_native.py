@@ -228,7 +228,9 @@ def test_fuzz_short_run() -> None:
 
 TABLES = [
     Relation(16_384, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False))),
-    Relation(16_385, "public", "f", "f", (Column("id", 23, -1, True), Column("v", 25, -1, True))),
+    # REPLICA IDENTITY FULL as the decoder gives it: keyed by the primary key (id), or by nothing without one.
+    Relation(16_385, "public", "f", "f", (Column("id", 23, -1, True), Column("v", 25, -1, False))),
+    Relation(16_388, "public", "g", "f", (Column("id", 23, -1, False), Column("v", 25, -1, False))),
     Relation(
         16_386, "s", "two", "i", (Column("a", 20, -1, True), Column("b", 1184, -1, True), Column("c", 17, -1, False))
     ),
@@ -251,12 +253,7 @@ def changes(draw: st.DrawFn) -> RowChange:
 
     def row(key_only: bool = False) -> tuple[Value, ...]:
         return tuple(
-            draw(KEYS[c.type_oid])
-            if c.is_key and relation.replica_identity != "f"
-            else None
-            if key_only
-            else draw(VALUES)
-            for c in relation.columns
+            draw(KEYS[c.type_oid]) if c.is_key else None if key_only else draw(VALUES) for c in relation.columns
         )
 
     op = draw(st.sampled_from(["insert", "update", "delete"]))

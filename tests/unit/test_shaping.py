@@ -18,7 +18,9 @@ from cdcd.plan import Plans, definition
 from cdcd.shaping import NEW_KEY_HEADER, OLD_KEY_HEADER, Emit, EventShaper, Order, Record, key_changed, topic_name
 
 REL = Relation(16384, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False)))
-FULL = Relation(16385, "public", "f", "f", (Column("id", 23, -1, True), Column("v", 25, -1, True)))
+# REPLICA IDENTITY FULL as the decoder gives it: keyed by the primary key, or by nothing without one.
+FULL = Relation(16385, "public", "f", "f", (Column("id", 23, -1, True), Column("v", 25, -1, False)))
+FULL_NO_KEY = Relation(16386, "public", "g", "f", (Column("id", 23, -1, False), Column("v", 25, -1, False)))
 NOW_US = 1_700_000_000_000_000
 
 
@@ -167,16 +169,42 @@ def test_a_key_change_is_delete_tombstone_and_create_naming_each_other() -> None
     assert registry.decode(create[2])["unchanged_toast"] == ["v"]
 
 
-def test_no_tombstones_when_turned_off_and_no_key_under_replica_identity_full() -> None:
+def test_no_tombstones_when_turned_off_and_no_key_under_replica_identity_full_without_primary_key() -> None:
     registry = Registry()
     records = shape(
         shaper(registry, transaction_topic=False, tombstones_on_delete=False), txn(row("delete", ("1", None), None))
     )
     assert [r[2] is None for r in records] == [False]
-    full = shape(shaper(registry, transaction_topic=False), txn(row("delete", ("1", "x"), None, rel=FULL)))
-    assert [(topic, key) for topic, key, _, _ in full] == [("cdcd.public.f", None)]  # no key: no tombstone
-    update = shape(shaper(registry, transaction_topic=False), txn(row("update", ("1", "x"), ("2", "x"), rel=FULL)))
+    full = shape(shaper(registry, transaction_topic=False), txn(row("delete", ("1", "x"), None, rel=FULL_NO_KEY)))
+    assert [(topic, key) for topic, key, _, _ in full] == [("cdcd.public.g", None)]  # no key: no tombstone
+    update = shape(
+        shaper(registry, transaction_topic=False), txn(row("update", ("1", "x"), ("2", "x"), rel=FULL_NO_KEY))
+    )
     assert [registry.decode(v)["op"] for _, _, v, _ in update] == ["u"]  # no key to change
+
+
+def test_replica_identity_full_is_keyed_by_its_primary_key() -> None:
+    """The whole old row (an O tuple) of a FULL table: deletes keyed and tombstoned by the primary key, an update
+    of other columns one event, an update of the key a delete + tombstone + create as for any keyed table."""
+    registry = Registry()
+    changes = (
+        row("delete", ("1", "x"), None, rel=FULL),
+        row("update", ("2", "x"), ("2", "y"), rel=FULL),
+        row("update", ("3", "x"), ("4", "x"), rel=FULL),
+    )
+    records = shape(shaper(registry, transaction_topic=False), txn(*changes))
+    events = [
+        (registry.decode(k), None if v is None else registry.decode(v)["op"], h is not None) for _, k, v, h in records
+    ]
+    assert events == [
+        ({"id": 1}, "d", False),
+        ({"id": 1}, None, False),
+        ({"id": 2}, "u", False),
+        ({"id": 3}, "d", True),
+        ({"id": 3}, None, False),
+        ({"id": 4}, "c", True),
+    ]
+    assert registry.decode(records[0][2])["before"] == {"id": 1, "v": "x"}  # the whole old row stays in before
 
 
 def test_truncate_is_one_keyless_event_per_table() -> None:
@@ -227,3 +255,40 @@ def test_schemas_are_registered_once_per_table_version() -> None:
     (record,) = shape(s, txn(row("insert", None, ("1", "a", "5"), rel=wider)))
     assert registry.decode(record[2])["after"] == {"id": 1, "v": "a", "w": 5}
     assert len(registry.ids) == 3  # a new value schema; the key schema is the same
+
+
+def test_debezium_envelope_transaction_metadata_messages_headers_and_placeholders() -> None:
+    """kafka.envelope: debezium: BEGIN named after the first event's LSN, END pairing with it, both at the commit
+    time and naming tables; events named <xid>:<their LSN>; a message in the transaction gets the block; a key
+    change's headers are JSON text, repeated on the tombstone; an unchanged TOAST text is the placeholder."""
+    registry = Registry()
+    shaper = EventShaper("cdcd", registry, clock_us=lambda: NOW_US, debezium=True)
+    shaper.start_session("shop", {}, Plans())
+    changes = (
+        RowChange("update", REL, ("1", None), ("2", UNCHANGED_TOAST), True, None, 0x80, 10),
+        LogicalMessage(True, 0x90, "pfx", b"hi", 7),
+    )
+    commit_time = 700_000_000  # PostgreSQL µs since 2000-01-01
+    t = Transaction(7, 0x100, 0x108, commit_time, False, Buffer(changes))
+    records = shape(shaper, t)
+    topics = [topic for topic, _, _, _ in records]
+    assert topics == ["cdcd.transaction", *["cdcd.public.t"] * 3, "cdcd.message", "cdcd.transaction"]
+    begin, delete, tombstone, create, message, end = records
+    commit_ms = (commit_time + 946_684_800_000_000) // 1000
+    assert registry.decode(begin[2]) == {
+        "status": "BEGIN", "id": "7:128", "event_count": None, "data_collections": None, "ts_ms": commit_ms
+    }  # fmt: skip
+    assert registry.decode(end[2])["id"] == "7:128"
+    assert registry.decode(end[2])["ts_ms"] == commit_ms
+    assert registry.decode(end[2])["data_collections"] == [
+        {"data_collection": "message", "event_count": 1},
+        {"data_collection": "public.t", "event_count": 2},
+    ]
+    assert delete[3] == tombstone[3] == [(NEW_KEY_HEADER, b'{"id":2}')]
+    assert create[3] == [(OLD_KEY_HEADER, b'{"id":1}')]
+    created = registry.decode(create[2])
+    assert created["after"] == {"id": 2, "v": "__debezium_unavailable_value"}
+    assert created["unchanged_toast"] == ["v"]
+    assert created["transaction"] == {"id": "7:128", "total_order": 2, "data_collection_order": 2}
+    assert registry.decode(message[2])["transaction"] == {"id": "7:144", "total_order": 3, "data_collection_order": 1}
+    assert registry.decode(message[1]) == {"prefix": "pfx"}
