@@ -40,7 +40,6 @@ from cdcd.avro.metadata import (
     MESSAGE_KEY,
     TRANSACTION_KEY,
     TRANSACTION_VALUE,
-    debezium_message_value_schema,
     encode_debezium_message,
     encode_debezium_transaction,
     encode_message,
@@ -347,7 +346,7 @@ class EventShaper:
         if self.debezium:
             block = None if order is None else order.next(topic)
             key, value = encode_debezium_message(self.prefix, message, source, now_us // 1000, block)
-            schemas = DEBEZIUM_MESSAGE_KEY, debezium_message_value_schema()
+            schemas = DEBEZIUM_MESSAGE_KEY, message_value_schema(debezium=True)
         else:
             key, value = encode_message(self.prefix, message, source, now_us // 1000)
             schemas = MESSAGE_KEY, message_value_schema()

@@ -29,11 +29,9 @@ from cdcd.avro.types import (
     AvroSchema,
     Datum,
     TypeMapping,
-    array_mapping,
     type_mapping,
 )
 from cdcd.pgtypes import (
-    ARRAY_ELEMENTS,
     CODECS,
     INT64_MAX,
     INT64_MIN,
@@ -287,12 +285,4 @@ def debezium_mapping(
         base = type_mapping(type_oid, typmod, user_type)
         avro = _connect("string", "io.debezium.data.Enum", **{"connect.parameters": {"allowed": ",".join(labels)}})
         return TypeMapping(base.pg_type, (avro,), "string", base.from_text, base.from_binary)
-    scalar = _scalar(type_oid, typmod)
-    if scalar is not None:
-        return scalar
-    element_oid = ARRAY_ELEMENTS.get(type_oid)
-    if element_oid is not None:
-        element = _scalar(element_oid, typmod)
-        if element is not None and element.kind != "record":
-            return array_mapping(element)
-    return type_mapping(type_oid, typmod, user_type)
+    return type_mapping(type_oid, typmod, user_type, _scalar)

@@ -440,10 +440,9 @@ class EnvelopeEncoder:
             cache[4] = nullable_long(s.commit_lsn) + (b"\x00" if s.origin is None else b"\x02" + write_string(s.origin))
             cache[0] = s
 
-        def in_before(_field: bytes) -> None:
-            raise ValueError("unchanged TOAST value in the old tuple")
+        write_rows = _rows_writer(value_row, diagnose)
 
-        def encode_value(  # noqa: PLR0915, PLR0917 - flat on purpose: the hot path
+        def encode_value(  # noqa: PLR0917 - flat on purpose: the hot path
             op: str,
             before: Row | None,
             after: Row | None,
@@ -461,21 +460,7 @@ class EnvelopeEncoder:
             parts: list[bytes] = []
             a = parts.append
             toast: list[bytes] = []
-            try:
-                if before is None:
-                    a(b"\x00")
-                else:
-                    a(b"\x02")
-                    value_row(before, a, in_before)
-                if after is None:
-                    a(b"\x00")
-                else:
-                    a(b"\x02")
-                    value_row(after, a, toast.append)
-            except ConversionError:
-                raise
-            except (ValueError, TypeError, IndexError, OverflowError, AttributeError, struct.error) as e:
-                raise diagnose(before, after, e) from e
+            write_rows(before, after, a, toast)
             if source is not cache[0]:
                 encode_source(source)
             a(cache[1])
@@ -553,29 +538,16 @@ class EnvelopeEncoder:
             cache[3] += nullable_long(s.commit_lsn)
             cache[0] = s
 
-        def in_before(_field: bytes) -> None:
-            raise ValueError("unchanged TOAST value in the old tuple")
+        def row_writer(row: Row, a: Callable[[bytes], None], t: Callable[[bytes], None]) -> None:
+            if ... not in row:
+                value_row(row, a, t)
+                return
+            names: list[bytes] = []  # Debezium's placeholders first, then the columns left null: column order
+            value_row(unavailable(row, names), a, names.append)
+            for name in sorted(names, key=position.__getitem__):
+                t(name)
 
-        def write_rows(before: Row | None, after: Row | None, a: Callable[[bytes], None], toast: list[bytes]) -> None:
-            try:
-                if before is None:
-                    a(b"\x00")
-                else:
-                    a(b"\x02")
-                    value_row(before, a, in_before)
-                if after is None:
-                    a(b"\x00")
-                else:
-                    a(b"\x02")
-                    if ... in after:
-                        value_row(unavailable(after, toast), a, toast.append)
-                        toast.sort(key=position.__getitem__)
-                    else:
-                        value_row(after, a, toast.append)
-            except ConversionError:
-                raise
-            except (ValueError, TypeError, IndexError, OverflowError, AttributeError, struct.error) as e:
-                raise diagnose(before, after, e) from e
+        write_rows = _rows_writer(row_writer, diagnose)
 
         def encode_value(  # noqa: PLR0917 - the Envelope's fields
             op: str,
@@ -811,6 +783,36 @@ def default_value(col: ColumnSchema) -> tuple[bytes, Datum]:
     datum = b"\x00" if decimal else _DEFAULTS[m.kind]
     encoded = _array_writer(m, False)(datum) if m.kind == "array" else _KIND_WRITERS[m.kind](datum)
     return encoded, datum
+
+
+def _in_before(_field: bytes) -> None:
+    raise ValueError("unchanged TOAST value in the old tuple")
+
+
+def _rows_writer(
+    value_row: Callable[..., None], diagnose: Callable[[Row | None, Row | None, Exception], ConversionError]
+) -> Callable[[Row | None, Row | None, Callable[[bytes], None], list[bytes]], None]:
+    """``write_rows(before, after, a, toast)``: the envelope's before and after, each null or a Value record
+    (``value_row``); an unchanged TOAST value names its field in ``toast`` (in ``before`` it is an error)."""
+
+    def write_rows(before: Row | None, after: Row | None, a: Callable[[bytes], None], toast: list[bytes]) -> None:
+        try:
+            if before is None:
+                a(b"\x00")
+            else:
+                a(b"\x02")
+                value_row(before, a, _in_before)
+            if after is None:
+                a(b"\x00")
+            else:
+                a(b"\x02")
+                value_row(after, a, toast.append)
+        except ConversionError:
+            raise
+        except (ValueError, TypeError, IndexError, OverflowError, AttributeError, struct.error) as e:
+            raise diagnose(before, after, e) from e
+
+    return write_rows
 
 
 def _json_bytes(value: object) -> str:

@@ -19,34 +19,54 @@ from cdcd.avro.schema import block_schema, source_schema
 from cdcd.native import native as _native
 from cdcd.pgoutput.messages import LogicalMessage
 
-MESSAGE_KEY: Final[dict[str, Any]] = {
-    "type": "record",
-    "name": "MessageKey",
-    "namespace": "io.debezium.connector.postgresql",
-    "fields": [{"name": "prefix", "type": "string"}],
-}
+_PG: Final = "io.debezium.connector.postgresql"
 
 
-def message_value_schema() -> dict[str, Any]:
-    return {
+def _field(name: str, kind: str, nullable: bool) -> dict[str, Any]:
+    return {"name": name, "type": ["null", kind], "default": None} if nullable else {"name": name, "type": kind}
+
+
+def _connect(schema: dict[str, Any], full_name: str) -> dict[str, Any]:
+    """The schema with Kafka Connect's name and version, as Debezium's converter registers it."""
+    return {**schema, "connect.version": 1, "connect.name": full_name}
+
+
+def message_key_schema(*, debezium: bool = False) -> dict[str, Any]:
+    """The message topic's Key: the message prefix (nullable in Debezium's layout)."""
+    schema = {
         "type": "record",
-        "name": "MessageValue",
-        "namespace": "io.debezium.connector.postgresql",
-        "fields": [
-            {"name": "op", "type": "string"},
-            {"name": "ts_ms", "type": ["null", "long"], "default": None},
-            {"name": "source", "type": source_schema()},
-            {
-                "name": "message",
-                "type": {
-                    "type": "record",
-                    "name": "Message",
-                    "fields": [{"name": "prefix", "type": "string"}, {"name": "content", "type": "bytes"}],
-                },
-            },
-        ],
+        "name": "MessageKey",
+        "namespace": _PG,
+        "fields": [_field("prefix", "string", debezium)],
     }
+    return _connect(schema, f"{_PG}.MessageKey") if debezium else schema
 
+
+def message_value_schema(*, debezium: bool = False) -> dict[str, Any]:
+    """The message topic's Value; Debezium's layout adds the transaction block and makes prefix and content
+    nullable."""
+    message = {
+        "type": "record",
+        "name": "Message",
+        "fields": [_field("prefix", "string", debezium), _field("content", "bytes", debezium)],
+    }
+    fields: list[dict[str, Any]] = [
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+        {"name": "source", "type": source_schema(debezium=debezium)},
+    ]
+    if debezium:
+        fields.append({"name": "transaction", "type": ["null", block_schema()], "default": None})
+        message = _connect(message, f"{_PG}.Message")
+    fields.append({"name": "message", "type": message})
+    schema = {"type": "record", "name": "MessageValue", "namespace": _PG, "fields": fields}
+    return _connect(schema, f"{_PG}.MessageValue") if debezium else schema
+
+
+MESSAGE_KEY: Final[dict[str, Any]] = message_key_schema()
+
+
+_COLLECTION_FIELDS: Final = [{"name": "data_collection", "type": "string"}, {"name": "event_count", "type": "long"}]
 
 TRANSACTION_KEY: Final[dict[str, Any]] = {
     "type": "record",
@@ -73,10 +93,7 @@ TRANSACTION_VALUE: Final[dict[str, Any]] = {
                         "type": "record",
                         "name": "ConnectDefault",
                         "namespace": "io.confluent.connect.avro",
-                        "fields": [
-                            {"name": "data_collection", "type": "string"},
-                            {"name": "event_count", "type": "long"},
-                        ],
+                        "fields": _COLLECTION_FIELDS,
                     },
                 },
             ],
@@ -87,50 +104,10 @@ TRANSACTION_VALUE: Final[dict[str, Any]] = {
 }
 
 # Debezium's own layouts of the same events (kafka.envelope: debezium)
-DEBEZIUM_MESSAGE_KEY: Final[dict[str, Any]] = {
-    "type": "record",
-    "name": "MessageKey",
-    "namespace": "io.debezium.connector.postgresql",
-    "fields": [{"name": "prefix", "type": ["null", "string"], "default": None}],
-    "connect.version": 1,
-    "connect.name": "io.debezium.connector.postgresql.MessageKey",
-}
+DEBEZIUM_MESSAGE_KEY: Final[dict[str, Any]] = message_key_schema(debezium=True)
 
 
-def debezium_message_value_schema() -> dict[str, Any]:
-    return {
-        "type": "record",
-        "name": "MessageValue",
-        "namespace": "io.debezium.connector.postgresql",
-        "fields": [
-            {"name": "op", "type": "string"},
-            {"name": "ts_ms", "type": ["null", "long"], "default": None},
-            {"name": "source", "type": source_schema(debezium=True)},
-            {"name": "transaction", "type": ["null", block_schema()], "default": None},
-            {
-                "name": "message",
-                "type": {
-                    "type": "record",
-                    "name": "Message",
-                    "fields": [
-                        {"name": "prefix", "type": ["null", "string"], "default": None},
-                        {"name": "content", "type": ["null", "bytes"], "default": None},
-                    ],
-                    "connect.version": 1,
-                    "connect.name": "io.debezium.connector.postgresql.Message",
-                },
-            },
-        ],
-        "connect.version": 1,
-        "connect.name": "io.debezium.connector.postgresql.MessageValue",
-    }
-
-
-DEBEZIUM_TRANSACTION_KEY: Final[dict[str, Any]] = {
-    **TRANSACTION_KEY,
-    "connect.version": 1,
-    "connect.name": "io.debezium.connector.common.TransactionMetadataKey",
-}
+DEBEZIUM_TRANSACTION_KEY: Final = _connect(TRANSACTION_KEY, "io.debezium.connector.common.TransactionMetadataKey")
 DEBEZIUM_TRANSACTION_VALUE: Final[dict[str, Any]] = {
     **TRANSACTION_VALUE,
     "fields": [
@@ -147,10 +124,7 @@ DEBEZIUM_TRANSACTION_VALUE: Final[dict[str, Any]] = {
                             "type": "record",
                             "name": "collection",
                             "namespace": "event",
-                            "fields": [
-                                {"name": "data_collection", "type": "string"},
-                                {"name": "event_count", "type": "long"},
-                            ],
+                            "fields": _COLLECTION_FIELDS,
                             "connect.version": 1,
                             "connect.name": "event.collection",
                         },
@@ -238,7 +212,7 @@ def encode_debezium_message(
         "transaction": block,
         "message": {"prefix": message.prefix, "content": message.content},
     }
-    return key, _encode("debezium_message_value", debezium_message_value_schema(), datum)
+    return key, _encode("debezium_message_value", message_value_schema(debezium=True), datum)
 
 
 def encode_debezium_transaction(

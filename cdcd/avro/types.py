@@ -278,15 +278,25 @@ def array_mapping(element: TypeMapping) -> TypeMapping:
     return TypeMapping(f"{element.pg_type}[]", (avro, "string"), "array", from_text, from_binary, element)
 
 
-def type_mapping(type_oid: int, typmod: int = -1, user_type: str | None = None) -> TypeMapping:
+ScalarMap = Callable[[int, int], TypeMapping | None]
+
+
+def type_mapping(
+    type_oid: int, typmod: int = -1, user_type: str | None = None, scalar: ScalarMap | None = None
+) -> TypeMapping:
     """The mapping of a column type. ``user_type`` is ``schema.name`` from a pgoutput Type message when the
-    OID is a user-defined type (enum, domain, ...): such columns are strings of the text form."""
-    scalar = _scalar(type_oid, typmod)
-    if scalar is not None:
-        return scalar
+    OID is a user-defined type (enum, domain, ...): such columns are strings of the text form. ``scalar``:
+    another map's mapping of (type oid, typmod), where it has one (cdcd's own elsewhere, and for array elements
+    it would make records)."""
+    own = scalar(type_oid, typmod) if scalar is not None else None
+    base = own or _scalar(type_oid, typmod)
+    if base is not None:
+        return base
     element_oid = ARRAY_ELEMENTS.get(type_oid)
     if element_oid is not None:
-        element = _scalar(element_oid, typmod)
+        element = scalar(element_oid, typmod) if scalar is not None else None
+        if element is None or element.kind == "record":
+            element = _scalar(element_oid, typmod)
         assert element is not None
         return array_mapping(element)
     if user_type is not None:

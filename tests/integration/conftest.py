@@ -127,6 +127,18 @@ def pg15() -> PgServer:
 
 
 @pytest.fixture(scope="session")
+def debezium_env() -> dict[str, str]:
+    """Kafka, the registry and the Kafka Connect worker with Debezium up; the stack's environment."""
+    subprocess.run([str(STACK), "up", "kafka", "registry", "debezium"], check=True, env=os.environ.copy())
+    return stack_env("15")
+
+
+def stack15(*args: str) -> None:
+    """A stack command for PostgreSQL 15 (``debezium-connector`` connects to it)."""
+    subprocess.run([str(STACK), *args], check=True, env={**os.environ, "PG_VERSION": "15"})
+
+
+@pytest.fixture(scope="session")
 def kafka_env() -> dict[str, str]:
     """Kafka and the schema registry up; the stack's environment (bootstrap servers, registry URL)."""
     for component in ("kafka", "registry"):

@@ -11,21 +11,18 @@ from __future__ import annotations
 import io
 import json
 import math
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import fastavro
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from tests.integration.conftest import close_bounded
+from tests.integration.kafka_harness import read_partitions
 
 PREFIX = "<prefix>"  # what either side's topic prefix becomes in names and values
 
@@ -105,50 +102,18 @@ def subjects(registry_url: str, prefix: str, topics: dict[str, list[Message]]) -
 def read_topics(bootstrap: str, registry: Registry, prefix: str, timeout: float = 60) -> dict[str, list[Message]]:
     """Every message of the topics ``<prefix>.*``, from their start to their current end, by topic name with the
     prefix cut off (one partition each: the order is the topic's)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"cmp-{uuid.uuid4().hex[:6]}",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        topics = consumer.list_topics(timeout=10).topics
-        partitions = [
-            TopicPartition(name, p, OFFSET_BEGINNING)
-            for name, topic in topics.items()
-            if name.startswith(f"{prefix}.")
-            for p in topic.partitions
-        ]
-        consumer.assign(partitions)
-        remaining = {(tp.topic, tp.partition) for tp in partitions}
-        out: dict[str, list[Message]] = defaultdict(list)
-        deadline = time.monotonic() + timeout
-        while remaining:
-            assert time.monotonic() < deadline, f"no end of {sorted(remaining)} in {timeout} s"
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                remaining.discard((str(message.topic()), message.partition() or 0))
-                continue
-            if error is not None:
-                raise KafkaException(error)
-            raw_key, raw_value = message.key(), message.value()
-            pairs: list[tuple[str, bytes | None]] = message.headers() or []  # type: ignore[assignment]
-            headers = {name: registry.header(raw) for name, raw in pairs}
-            out[str(message.topic())[len(prefix) + 1 :]].append(
-                Message(
-                    None if raw_key is None else registry.decode(raw_key),
-                    None if raw_value is None else registry.decode(raw_value),
-                    headers,
-                )
+    out: dict[str, list[Message]] = defaultdict(list)
+    for message in read_partitions(bootstrap, prefix, "read_committed", timeout):
+        raw_key, raw_value = message.key(), message.value()
+        pairs: list[tuple[str, bytes | None]] = message.headers() or []  # type: ignore[assignment]
+        out[str(message.topic())[len(prefix) + 1 :]].append(
+            Message(
+                None if raw_key is None else registry.decode(raw_key),
+                None if raw_value is None else registry.decode(raw_value),
+                {name: registry.header(raw) for name, raw in pairs},
             )
-        return dict(out)
-    finally:
-        close_bounded(consumer)
+        )
+    return dict(out)
 
 
 # -- comparing -----------------------------------------------------------------------------------------------------

@@ -184,42 +184,8 @@ class Run:
     def read_to_end(self, isolation: str = "read_committed", timeout: float = 120) -> list[Event]:
         """Every message under the prefix, from the start to the current end of every partition, read by a new
         consumer with ``isolation`` (read_committed never passes an open Kafka transaction)."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"],
-                "group.id": f"{self.prefix}-{uuid.uuid4().hex[:6]}",
-                "isolation.level": isolation,
-                "enable.partition.eof": True,
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            topics = consumer.list_topics(timeout=10).topics
-            partitions = [
-                TopicPartition(name, p, OFFSET_BEGINNING)
-                for name, topic in topics.items()
-                if name.startswith(f"{self.prefix}.")
-                for p in topic.partitions
-            ]
-            consumer.assign(partitions)
-            remaining = {(tp.topic, tp.partition) for tp in partitions}
-            events: list[Event] = []
-            deadline = time.monotonic() + timeout
-            while remaining:
-                assert time.monotonic() < deadline, f"{isolation}: no end of {sorted(remaining)} in {timeout} s"
-                message = consumer.poll(0.5)
-                if message is None:
-                    continue
-                error = message.error()
-                if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                    remaining.discard((str(message.topic()), message.partition() or 0))
-                elif error is not None:
-                    raise KafkaException(error)
-                else:
-                    events.append(self._event(message))
-            return events
-        finally:
-            close_bounded(consumer)
+        bootstrap = self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]
+        return [self._event(m) for m in read_partitions(bootstrap, self.prefix, isolation, timeout)]
 
     def sync(self, timeout: float = 90) -> list[Event]:
         """Everything cdcd will publish for what was committed so far: emit a message, wait until cdcd confirmed
@@ -252,6 +218,49 @@ class Run:
         close_bounded(self.consumer)
         if self.proc is not None and self.proc.poll() is None:
             self.stop(signal.SIGKILL)
+
+
+def read_partitions(
+    bootstrap: str, prefix: str, isolation: str = "read_committed", timeout: float = 120
+) -> list[Message]:
+    """Every message of the topics ``<prefix>.*``, from the start to the current end of every partition, read by
+    a new consumer with ``isolation``."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{prefix}-{uuid.uuid4().hex[:6]}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        topics = consumer.list_topics(timeout=10).topics
+        partitions = [
+            TopicPartition(name, p, OFFSET_BEGINNING)
+            for name, topic in topics.items()
+            if name.startswith(f"{prefix}.")
+            for p in topic.partitions
+        ]
+        consumer.assign(partitions)
+        remaining = {(tp.topic, tp.partition) for tp in partitions}
+        messages: list[Message] = []
+        deadline = time.monotonic() + timeout
+        while remaining:
+            assert time.monotonic() < deadline, f"{isolation}: no end of {sorted(remaining)} in {timeout} s"
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                remaining.discard((str(message.topic()), message.partition() or 0))
+            elif error is not None:
+                raise KafkaException(error)
+            else:
+                messages.append(message)
+        return messages
+    finally:
+        close_bounded(consumer)
 
 
 @contextlib.contextmanager

@@ -3,8 +3,6 @@ changes to Kafka, Avro in the Confluent wire format that the registry's Confluen
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from tests.integration.conftest import STACK, Database, PgServer, close_bounded, scratch_database, stack_env
+from tests.integration.conftest import Database, PgServer, close_bounded, scratch_database, stack15
 
 pytestmark = pytest.mark.integration
 
@@ -27,17 +25,6 @@ SCHEMA = """
 CREATE TABLE item (id int PRIMARY KEY, name text NOT NULL, price numeric(10, 2), seen timestamptz, tags text[]);
 CREATE PUBLICATION dbz_pub FOR TABLE item;
 """
-
-
-@pytest.fixture(scope="module")
-def debezium_env() -> dict[str, str]:
-    """Kafka, the registry and the Kafka Connect worker with Debezium up; the stack's environment."""
-    subprocess.run([str(STACK), "up", "kafka", "registry", "debezium"], check=True, env=os.environ.copy())
-    return stack_env("15")
-
-
-def _stack(*args: str) -> None:
-    subprocess.run([str(STACK), *args], check=True, env={**os.environ, "PG_VERSION": "15"})
 
 
 @dataclass
@@ -102,11 +89,11 @@ def connector(pg15: PgServer, debezium_env: dict[str, str]) -> Iterator[tuple[Da
         db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [name])
         reader = Reader(debezium_env, f"{name}.public.item")
         try:
-            _stack("debezium-connector", "start", name, db.name, name, "dbz_pub")
+            stack15("debezium-connector", "start", name, db.name, name, "dbz_pub")
             yield db, reader
         finally:
             close_bounded(reader.consumer)
-            _stack("debezium-connector", "stop", name)
+            stack15("debezium-connector", "stop", name)
             admin = AdminClient({"bootstrap.servers": debezium_env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]})
             topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(f"{name}.")]
             for future in admin.delete_topics(topics).values() if topics else []:

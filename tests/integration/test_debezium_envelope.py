@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.integration.conftest import STACK, Database, PgServer, scratch_database, stack_env
+from tests.integration.conftest import Database, PgServer, scratch_database, stack15
 from tests.integration.debezium_compare import Registry, by_kind, compare_topics, read_topics, subjects, summary
 from tests.integration.kafka_harness import Run
 
@@ -100,16 +98,6 @@ DELIBERATE = {
 }
 
 
-@pytest.fixture(scope="module")
-def debezium_env() -> dict[str, str]:
-    subprocess.run([str(STACK), "up", "kafka", "registry", "debezium"], check=True, env=os.environ.copy())
-    return stack_env("15")
-
-
-def _stack(*args: str) -> None:
-    subprocess.run([str(STACK), *args], check=True, env={**os.environ, "PG_VERSION": "15"})
-
-
 @pytest.fixture
 def side_by_side(pg15: PgServer, debezium_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[Database, Run, str]]:
     """A database with the schema, cdcd's and Debezium's slots made, Debezium streaming; yields the database, the
@@ -121,14 +109,14 @@ def side_by_side(pg15: PgServer, debezium_env: dict[str, str], tmp_path: Path) -
         db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [name])
         db.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [run.slot])
         try:
-            _stack(
+            stack15(
                 "debezium-connector", "start", name, db.name, name, "cdcd_pub",
                 "provide.transaction.metadata=true", "skipped.operations=none",
             )  # fmt: skip
             yield db, run, name
         finally:
             run.close()
-            _stack("debezium-connector", "stop", name)
+            stack15("debezium-connector", "stop", name)
             admin = AdminClient({"bootstrap.servers": debezium_env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]})
             topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith((f"{name}.", f"{run.prefix}."))]
             for future in admin.delete_topics(topics).values() if topics else []:
