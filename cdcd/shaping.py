@@ -35,6 +35,7 @@ from cdcd import __version__
 from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
 from cdcd.avro.metadata import (
     DEBEZIUM_MESSAGE_KEY,
+    DEBEZIUM_MESSAGE_VALUE,
     DEBEZIUM_TRANSACTION_KEY,
     DEBEZIUM_TRANSACTION_VALUE,
     MESSAGE_KEY,
@@ -346,7 +347,7 @@ class EventShaper:
         if self.debezium:
             block = None if order is None else order.next(topic)
             key, value = encode_debezium_message(self.prefix, message, source, now_us // 1000, block)
-            schemas = DEBEZIUM_MESSAGE_KEY, message_value_schema(debezium=True)
+            schemas = DEBEZIUM_MESSAGE_KEY, DEBEZIUM_MESSAGE_VALUE
         else:
             key, value = encode_message(self.prefix, message, source, now_us // 1000)
             schemas = MESSAGE_KEY, message_value_schema()

@@ -374,8 +374,9 @@ class EnvelopeEncoder:
         cols = schemas.columns
         n = len(cols)
         self._key_columns = schemas.key_columns
-        self._value_row = _compile_row(cols, n, True, "value_row")
-        self._defaults: dict[int, tuple[bytes, Datum]] = {}
+        # Value columns that are not nullable (only in Debezium's layout): what a missing value becomes
+        self._defaults = {c.index: default_value(c) for c in cols if c.required}
+        self._value_row = _compile_row(cols, n, True, "value_row", {i: d[0] for i, d in self._defaults.items()})
         self._reference_key_row = _compile_row(self._key_columns, n, False, "key_row") if self._key_columns else None
         self._key_row = self._reference_key_row
         rel = schemas.relation
@@ -386,12 +387,8 @@ class EnvelopeEncoder:
         # cdcd._native's ``Envelope.rows``: a run of one table's changes shaped and emitted in one call (shaping)
         self.rows: Callable[..., tuple[int, tuple[int, int, int]]] | None = None
         self.snapshot_rows: Callable[..., int] | None = None  # ``Envelope.snapshot_rows``: the same for snapshots
-        if schemas.debezium:  # Debezium's layout: the envelope written here, NOT NULL columns not nullable
-            self._defaults = {c.index: default_value(c) for c in cols if c.required}
-            if self._defaults:
-                encoded = {i: d[0] for i, d in self._defaults.items()}
-                self._value_row = _compile_row(cols, n, True, "value_row", encoded)
-            elif native and _native is not None:  # the compiled row writer has no required columns
+        if schemas.debezium:  # Debezium's layout: the envelope written here
+            if native and _native is not None and not self._defaults:  # compiled rows: every column nullable
                 self._value_row = _native_row(cols, n, True)
             self.encode_value = self._make_debezium_encode_value()
         elif native and _native is not None:
@@ -422,9 +419,6 @@ class EnvelopeEncoder:
         # per-transaction values, encoded once while they repeat: [ts_us, its ts_ms + ts_us, txn id, its bytes]
         repeat: list[Any] = [None, b"", None, b""]
 
-        def nullable_long(x: int | None) -> bytes:
-            return b"\x00" if x is None else b"\x02" + varint((x << 1) ^ (x >> 63))
-
         def encode_source(s: SourceInfo) -> None:
             ts = s.ts_us
             cache[1] = (
@@ -436,8 +430,10 @@ class EnvelopeEncoder:
                 + write_string(s.db)
             )
             cache[2] = "[null," if s.last_commit_lsn is None else f'["{s.last_commit_lsn}",'
-            cache[3] = schema_table + nullable_long(s.tx_id)
-            cache[4] = nullable_long(s.commit_lsn) + (b"\x00" if s.origin is None else b"\x02" + write_string(s.origin))
+            cache[3] = schema_table + _nullable_long(s.tx_id)
+            cache[4] = _nullable_long(s.commit_lsn) + (
+                b"\x00" if s.origin is None else b"\x02" + write_string(s.origin)
+            )
             cache[0] = s
 
         write_rows = _rows_writer(value_row, diagnose)
@@ -525,9 +521,6 @@ class EnvelopeEncoder:
                     toast.append(name)
             return tuple(out)
 
-        def nullable_long(x: int | None) -> bytes:
-            return b"\x00" if x is None else b"\x02" + write_long(x)
-
         def encode_source(s: SourceInfo) -> None:
             ts = s.ts_us
             cache[1] = (
@@ -535,11 +528,11 @@ class EnvelopeEncoder:
             ) + write_string(s.db)
             cache[2] = b"\x02" + write_long(ts) + b"\x02" + write_long(ts * 1000) + schema_table
             cache[3] = b"\x00" + (b"\x00" if s.origin is None else b"\x02" + write_string(s.origin)) + b"\x00"
-            cache[3] += nullable_long(s.commit_lsn)
+            cache[3] += _nullable_long(s.commit_lsn)
             cache[0] = s
 
         def row_writer(row: Row, a: Callable[[bytes], None], t: Callable[[bytes], None]) -> None:
-            if ... not in row:
+            if not placeholders or ... not in row:
                 value_row(row, a, t)
                 return
             names: list[bytes] = []  # Debezium's placeholders first, then the columns left null: column order
@@ -568,8 +561,8 @@ class EnvelopeEncoder:
             seq = sequence(source.last_commit_lsn, lsn)
             a(b"\x00" if seq is None else b"\x02" + write_string(seq))
             a(cache[2])
-            a(nullable_long(source.tx_id))
-            a(nullable_long(lsn))
+            a(_nullable_long(source.tx_id))
+            a(_nullable_long(lsn))
             a(cache[3])
             if transaction is None:
                 a(b"\x00")
@@ -671,94 +664,67 @@ class EnvelopeEncoder:
         transaction: TxInfo | None = None,
     ) -> dict[str, Any]:
         """The datum dict ``fastavro.schemaless_writer`` needs for the same Envelope (slow reference path)."""
-        rel = self.schemas.relation
+        rel, debezium = self.schemas.relation, self.schemas.debezium
         after_rec, toast = (None, []) if after is None else self.value_record(after)
-        if self.schemas.debezium:
-            return self._debezium_record(op, before, after_rec, toast, source, lsn, ts_us, transaction)
-        return {
-            "before": None if before is None else self.value_record(before)[0],
-            "after": after_rec,
-            "source": {
-                "version": source.version,
-                "connector": CONNECTOR,
-                "name": self.schemas.prefix,
-                "ts_ms": source.ts_us // 1000,
-                "ts_us": source.ts_us,
-                "snapshot": source.snapshot,
-                "db": source.db,
-                "sequence": sequence(source.last_commit_lsn, lsn),
-                "schema": rel.schema or "pg_catalog",
-                "table": rel.name,
-                "txId": source.tx_id,
-                "lsn": lsn,
-                "commit_lsn": source.commit_lsn,
-                "origin": source.origin,
-            },
-            "op": op,
-            "ts_ms": None if ts_us is None else ts_us // 1000,
-            "ts_us": ts_us,
-            "transaction": None
-            if transaction is None
-            else {
-                "id": transaction.id,
-                "total_order": transaction.total_order,
-                "data_collection_order": transaction.data_collection_order,
-            },
-            "unchanged_toast": toast,
-        }
-
-    def _debezium_record(  # noqa: PLR0917 - envelope_record's arguments
-        self,
-        op: str,
-        before: Row | None,
-        after: dict[str, Datum] | None,
-        toast: list[str],
-        source: SourceInfo,
-        lsn: int | None,
-        ts_us: int | None,
-        transaction: TxInfo | None,
-    ) -> dict[str, Any]:
-        rel = self.schemas.relation
-        if after is not None:
+        if debezium and after_rec is not None:  # Debezium's placeholders for unchanged TOAST values
             for col in self.schemas.columns:
                 placeholder = _placeholder(col)
                 if col.field in toast and placeholder is not None:
-                    after[col.field] = _datum(col, placeholder)
-        return {
+                    after_rec[col.field] = _datum(col, placeholder)
+        record = {
             "before": None if before is None else self.value_record(before)[0],
-            "after": after,
-            "source": {
-                "version": source.version,
-                "connector": CONNECTOR,
-                "name": self.schemas.prefix,
-                "ts_ms": source.ts_us // 1000,
-                "snapshot": source.snapshot,
-                "db": source.db,
-                "sequence": sequence(source.last_commit_lsn, lsn),
-                "ts_us": source.ts_us,
-                "ts_ns": source.ts_us * 1000,
-                "schema": rel.schema or "pg_catalog",
-                "table": rel.name,
-                "txId": source.tx_id,
-                "lsn": lsn,
-                "xmin": None,
-                "origin": source.origin,
-                "origin_lsn": None,
-                "commit_lsn": source.commit_lsn,
-            },
-            "transaction": None
-            if transaction is None
-            else {
-                "id": debezium_transaction_id(source.tx_id, lsn, transaction.id),
-                "total_order": transaction.total_order,
-                "data_collection_order": transaction.data_collection_order,
-            },
+            "after": after_rec,
+            "source": source_datum(
+                source, lsn, self.schemas.prefix, rel.schema or "pg_catalog", rel.name, debezium=debezium
+            ),
             "op": op,
             "ts_ms": None if ts_us is None else ts_us // 1000,
             "ts_us": ts_us,
-            "ts_ns": None if ts_us is None else ts_us * 1000,
+            "transaction": block_datum(transaction, source, lsn, debezium=debezium),
             "unchanged_toast": toast,
         }
+        if debezium:
+            record["ts_ns"] = None if ts_us is None else ts_us * 1000
+        return record
+
+
+def source_datum(
+    source: SourceInfo, lsn: int | None, prefix: str, schema: str, table: str, *, debezium: bool = False
+) -> dict[str, Any]:
+    """The ``source`` block as a datum dict (the reference path, and message events): cdcd's, or Debezium's
+    with ts_ns, xmin and origin_lsn (fastavro writes the fields in the schema's order)."""
+    datum = {
+        "version": source.version,
+        "connector": CONNECTOR,
+        "name": prefix,
+        "ts_ms": source.ts_us // 1000,
+        "ts_us": source.ts_us,
+        "snapshot": source.snapshot,
+        "db": source.db,
+        "sequence": sequence(source.last_commit_lsn, lsn),
+        "schema": schema,
+        "table": table,
+        "txId": source.tx_id,
+        "lsn": lsn,
+        "commit_lsn": source.commit_lsn,
+        "origin": source.origin,
+    }
+    if debezium:
+        datum.update(ts_ns=source.ts_us * 1000, xmin=None, origin_lsn=None)
+    return datum
+
+
+def block_datum(
+    transaction: TxInfo | None, source: SourceInfo, lsn: int | None, *, debezium: bool = False
+) -> dict[str, Any] | None:
+    """The ``transaction`` block as a datum dict; Debezium names the transaction ``<xid>:<event LSN>``."""
+    if transaction is None:
+        return None
+    return {
+        "id": debezium_transaction_id(source.tx_id, lsn, transaction.id) if debezium else transaction.id,
+        "total_order": transaction.total_order,
+        "data_collection_order": transaction.data_collection_order,
+    }
 
 
 _DEFAULTS: Final[dict[str, Datum]] = {
@@ -783,6 +749,11 @@ def default_value(col: ColumnSchema) -> tuple[bytes, Datum]:
     datum = b"\x00" if decimal else _DEFAULTS[m.kind]
     encoded = _array_writer(m, False)(datum) if m.kind == "array" else _KIND_WRITERS[m.kind](datum)
     return encoded, datum
+
+
+def _nullable_long(x: int | None) -> bytes:
+    """A ["null", "long"] union's value."""
+    return b"\x00" if x is None else b"\x02" + varint((x << 1) ^ (x >> 63))
 
 
 def _in_before(_field: bytes) -> None:

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from fastavro import parse_schema, schemaless_writer
 
-from cdcd.avro.encoder import SourceInfo, TxInfo, debezium_transaction_id, sequence, write_long, write_string
+from cdcd.avro.encoder import SourceInfo, TxInfo, block_datum, source_datum, write_long, write_string
 from cdcd.avro.schema import block_schema, source_schema
 from cdcd.native import native as _native
 from cdcd.pgoutput.messages import LogicalMessage
@@ -105,6 +105,7 @@ TRANSACTION_VALUE: Final[dict[str, Any]] = {
 
 # Debezium's own layouts of the same events (kafka.envelope: debezium)
 DEBEZIUM_MESSAGE_KEY: Final[dict[str, Any]] = message_key_schema(debezium=True)
+DEBEZIUM_MESSAGE_VALUE: Final[dict[str, Any]] = message_value_schema(debezium=True)
 
 
 DEBEZIUM_TRANSACTION_KEY: Final = _connect(TRANSACTION_KEY, "io.debezium.connector.common.TransactionMetadataKey")
@@ -151,25 +152,6 @@ def _encode(name: str, schema: dict[str, Any], datum: dict[str, Any]) -> bytes:
     return out.getvalue()
 
 
-def _source(source: SourceInfo, lsn: int, prefix: str) -> dict[str, Any]:
-    return {
-        "version": source.version,
-        "connector": "postgresql",
-        "name": prefix,
-        "ts_ms": source.ts_us // 1000,
-        "ts_us": source.ts_us,
-        "snapshot": source.snapshot,
-        "db": source.db,
-        "sequence": sequence(source.last_commit_lsn, lsn),
-        "schema": "",
-        "table": "",
-        "txId": source.tx_id,
-        "lsn": lsn,
-        "commit_lsn": source.commit_lsn,
-        "origin": source.origin,
-    }
-
-
 def encode_message(prefix_name: str, message: LogicalMessage, source: SourceInfo, ts_ms: int) -> tuple[bytes, bytes]:
     """Key and value of a logical decoding message event (its source has empty schema and table)."""
     key = _encode("message_key", MESSAGE_KEY, {"prefix": message.prefix})
@@ -179,7 +161,7 @@ def encode_message(prefix_name: str, message: LogicalMessage, source: SourceInfo
         {
             "op": "m",
             "ts_ms": ts_ms,
-            "source": _source(source, message.lsn, prefix_name),
+            "source": source_datum(source, message.lsn, prefix_name, "", ""),
             "message": {"prefix": message.prefix, "content": message.content},
         },
     )
@@ -193,26 +175,14 @@ def encode_debezium_message(
     the transaction block, its id ``<xid>:<message LSN>``)."""
     key = _encode("debezium_message_key", DEBEZIUM_MESSAGE_KEY, {"prefix": message.prefix})
     lsn = message.lsn
-    block = None
-    if transaction is not None:
-        block = {
-            "id": debezium_transaction_id(source.tx_id, lsn, transaction.id),
-            "total_order": transaction.total_order,
-            "data_collection_order": transaction.data_collection_order,
-        }
     datum = {
         "op": "m",
         "ts_ms": ts_ms,
-        "source": {
-            **_source(source, lsn, prefix_name),
-            "ts_ns": source.ts_us * 1000,
-            "xmin": None,
-            "origin_lsn": None,
-        },
-        "transaction": block,
+        "source": source_datum(source, lsn, prefix_name, "", "", debezium=True),
+        "transaction": block_datum(transaction, source, lsn, debezium=True),
         "message": {"prefix": message.prefix, "content": message.content},
     }
-    return key, _encode("debezium_message_value", message_value_schema(debezium=True), datum)
+    return key, _encode("debezium_message_value", DEBEZIUM_MESSAGE_VALUE, datum)
 
 
 def encode_debezium_transaction(

@@ -194,12 +194,7 @@ class Walsender:
 
     def ancestors(self, relation: Relation) -> list[str]:
         """Partition ancestors of a replicated relation (for the row filters), from the catalog connection."""
-        if self._admin is None:
-            raise SourceDisconnected("catalog connection is not open")
-        try:
-            return ancestors(self._admin, relation.relation_id)
-        except psycopg.Error as exc:
-            raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
+        return self._catalog(lambda conn: ancestors(conn, relation.relation_id))
 
     def describe(self, relation: Relation) -> TableFacts:
         """The catalog's facts of a replicated relation that pgoutput does not send (its primary key, NOT NULL
@@ -211,6 +206,7 @@ class Walsender:
         return self._catalog(lambda conn: enum_labels(conn, type_.type_oid))
 
     def _catalog(self, query: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``query`` on the catalog connection while streaming; a failure is a lost source (reconnect)."""
         if self._admin is None:
             raise SourceDisconnected("catalog connection is not open")
         try:
