@@ -63,6 +63,8 @@ class Run:
                 "group.id": f"{self.prefix}-{uuid.uuid4().hex[:6]}",
                 "auto.offset.reset": "earliest",
                 "topic.metadata.refresh.interval.ms": 500,
+                # quiet: tests stop Kafka on purpose, and its reconnect errors would bury the failure's message
+                "log_level": 2,
             }
         )
         consumer.subscribe([f"^{self.prefix}\\..*"])
