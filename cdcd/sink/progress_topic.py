@@ -25,6 +25,10 @@ class ProgressTopicError(SinkFailure):
     """The progress topic is missing, unreadable or holds a record cdcd cannot use: never a silent reset."""
 
 
+class ProgressTopicUnreachable(ProgressTopicError):
+    """Kafka did not answer (away, restarting, a timeout): worth waiting for, unlike a definite error."""
+
+
 class Missing:
     """The topic does not exist."""
 
@@ -88,12 +92,12 @@ def read_last(client_config: dict[str, Any], topic: str, slot: str, timeout: flo
         try:
             metadata = consumer.list_topics(topic, timeout=timeout)
         except KafkaException as exc:
-            raise ProgressTopicError(f"cannot read progress topic {topic}: {exc.args[0].str()}") from None
+            raise _error(topic, exc.args[0]) from None
         described = metadata.topics.get(topic)
         if described is None or (described.error is not None and described.error.code() in _MISSING_CODES):
             return MISSING
         if described.error is not None:
-            raise ProgressTopicError(f"cannot read progress topic {topic}: {described.error.str()}")
+            raise _error(topic, described.error)
         reader = _Reader(consumer, topic, slot.encode(), timeout, errors)
         for partition in sorted(described.partitions):  # a key's records are all in one partition
             found = reader.last(partition)
@@ -105,6 +109,28 @@ def read_last(client_config: dict[str, Any], topic: str, slot: str, timeout: flo
 
 
 _MISSING_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+_AWAY_CODES = frozenset(  # errors of a broker that is away or not ready yet, whatever their retriable flag
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError._RESOLVE,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+    }
+)
+
+
+def _error(topic: str, error: KafkaError | None, why: str = "") -> ProgressTopicError:
+    """The error for a failed read: ``Unreachable`` when Kafka did not answer (``error`` None) or answered with
+    an error a wait can cure."""
+    message = f"cannot read progress topic {topic}: {why or (error.str() if error else '')}"
+    if error is None or error.retriable() or error.code() in _AWAY_CODES:
+        return ProgressTopicUnreachable(message)
+    return ProgressTopicError(message)
 
 
 @dataclass
@@ -120,7 +146,7 @@ class _Reader:
         try:
             low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, partition), self.timeout)
         except KafkaException as exc:
-            raise self._error(exc.args[0].str()) from None
+            raise _error(self.topic, exc.args[0]) from None
         end = high
         for window in (*_WINDOWS, None):
             start = low if window is None else max(low, high - window)
@@ -140,17 +166,14 @@ class _Reader:
             message = self.consumer.poll(self.timeout)
             if message is None:
                 cause = f" ({self.errors[-1]})" if self.errors else ""
-                raise self._error(f"no answer within {self.timeout:g} s{cause}")
+                raise _error(self.topic, None, f"no answer within {self.timeout:g} s{cause}")
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     return found
-                raise self._error(error.str())
+                raise _error(self.topic, error)
             if (message.offset() or 0) >= end:
                 return found
             value = message.value()
             if message.key() == self.key and value is not None:
                 found = value
-
-    def _error(self, why: str) -> ProgressTopicError:
-        return ProgressTopicError(f"cannot read progress topic {self.topic}: {why}")

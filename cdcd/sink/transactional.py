@@ -34,7 +34,7 @@ from cdcd.sink.kafka import KafkaSink
 log = structlog.get_logger("cdcd.sink.kafka")
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
-_READ_TIMEOUT_S = 30.0
+_READ_TIMEOUT_S = 10.0  # per request to Kafka while reading the progress topic; then it is tried again
 _WAITING_LOG_S = 30.0  # how often a wait for Kafka (retriable errors) is logged
 
 
@@ -82,7 +82,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
         if self._open_at is not None:  # the last session's whole transactions: commit them (or rewind)
             self._commit()
         self.slot, self.system_id = slot, system_id
-        found = records.read_last(self.settings.client_config(), self.progress_topic, slot, _READ_TIMEOUT_S)
+        found = self._read_progress(slot)
         self._committed, self._position = Committed(0, -1, None), -1
         if isinstance(found, records.Missing):
             self._progress_topic_missing(slot_created)
@@ -108,6 +108,18 @@ class ExactlyOnceKafkaSink(KafkaSink):
             transactional_id=self.transactional_id,
         )
         return committed
+
+    def _read_progress(self, slot: str) -> bytes | records.Missing | None:
+        """The progress topic's last record for ``slot``, waiting for Kafka while it does not answer (a rewind or
+        reconnection can come while the broker restarts): only a definite error stops."""
+        logged_at: float | None = None
+        while True:
+            try:
+                return records.read_last(self.settings.client_config(), self.progress_topic, slot, _READ_TIMEOUT_S)
+            except records.ProgressTopicUnreachable as exc:
+                self._raise_failure()
+                logged_at = _log_wait("read the progress topic", str(exc), logged_at)
+                self.keep_alive()
 
     def _make_transactional(self, slot: str, system_id: str) -> None:
         self.transactional_id = self.options.transactional_id or f"cdcd-{system_id}-{slot}"
@@ -250,11 +262,8 @@ class ExactlyOnceKafkaSink(KafkaSink):
                 self._abort(what, error)
             if not error.retriable():
                 raise SinkFailure(f"cannot {what}: {error.str()}")
-            now = time.monotonic()
-            if logged_at is None or now - logged_at >= _WAITING_LOG_S:
-                # e.g. a broker without a transaction coordinator (transaction.state.log.* above the brokers)
-                log.warning("waiting for Kafka", to=what, error=error.str())
-                logged_at = now
+            # e.g. a broker without a transaction coordinator (transaction.state.log.* above the brokers)
+            logged_at = _log_wait(what, error.str(), logged_at)
             self.keep_alive()
 
     def _fatal(self, what: str, error: KafkaError) -> str:
@@ -272,6 +281,16 @@ class ExactlyOnceKafkaSink(KafkaSink):
         raise SinkRewind(f"cannot {what}: {error.str()}")
 
     def _client_error(self, error: KafkaError) -> None:
-        if self._failure is None and error.code() in _FENCED:
+        # a fatal one only: a non-fatal one comes back from the transaction calls, as abortable, and rewinds
+        if self._failure is None and error.fatal() and error.code() in _FENCED:
             self._failure = self._fatal("write", error)
         super()._client_error(error)
+
+
+def _log_wait(what: str, error: str, logged_at: float | None) -> float:
+    """Log a wait for Kafka at most every ``_WAITING_LOG_S``; the time it was last logged."""
+    now = time.monotonic()
+    if logged_at is not None and now - logged_at < _WAITING_LOG_S:
+        return logged_at
+    log.warning("waiting for Kafka", to=what, error=error)
+    return now

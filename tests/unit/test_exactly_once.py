@@ -239,3 +239,52 @@ def test_before_its_first_session_the_sink_is_not_ready_and_holds_nothing() -> N
     assert not out.ready()
     assert out.in_flight() == 0
     out.close()
+
+
+def test_an_unreachable_broker_is_a_wait_not_a_definite_error() -> None:
+    with pytest.raises(records.ProgressTopicUnreachable, match="cannot read progress topic p"):
+        records.read_last({"bootstrap.servers": "127.0.0.1:9", "log_level": 0}, "p", "s", timeout=1)
+
+
+def test_a_session_start_waits_for_kafka_to_read_the_progress_topic(monkeypatch: pytest.MonkeyPatch) -> None:
+    out, _ = sink()
+    answers: list[Exception | bytes] = [
+        records.ProgressTopicUnreachable("cannot read progress topic p: no answer within 10 s"),
+        records.ProgressTopicUnreachable("cannot read progress topic p: Local: Broker transport failure"),
+        records.encode("s", SYSTEM, Committed(0x208, 0x200, None))[1],
+    ]
+
+    def read_last(*_: Any) -> bytes:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(records, "read_last", read_last)
+    beats: list[int] = []
+    with structlog.testing.capture_logs() as logs:
+        found = out.committed("s", SYSTEM, slot_created=False, keep_alive=lambda: beats.append(1))
+    assert found == Committed(0x208, 0x200, None)
+    assert len(beats) == 2  # a stop request ends the wait
+    assert [e["error"] for e in logs if e["event"] == "waiting for Kafka"] == [
+        "cannot read progress topic p: no answer within 10 s"
+    ]  # logged once per 30 s
+
+
+def test_a_definite_progress_topic_error_stops_the_session_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    out, _ = sink()
+
+    def read_last(*_: Any) -> bytes:
+        raise records.ProgressTopicError("cannot read progress topic p: Broker: Topic authorization failed")
+
+    monkeypatch.setattr(records, "read_last", read_last)
+    with pytest.raises(records.ProgressTopicError, match="authorization"):
+        out.committed("s", SYSTEM, slot_created=False, keep_alive=lambda: None)
+
+
+def test_only_a_fatal_epoch_error_of_the_client_stops_it() -> None:
+    out, _ = sink()
+    out._client_error(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, "epoch bumped"))  # the transaction calls tell
+    assert out._failure is None
+    out._client_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+    assert "took over (fenced)" in str(out._failure)
