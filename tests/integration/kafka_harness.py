@@ -148,9 +148,19 @@ class Run:
             raise AssertionError(f"cdcd run exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
+        """Signal cdcd and wait for its exit code; a SIGTERM that does not end it with 0 prints the log's tail
+        (a test's ``assert run.stop() == 0`` shows the code only)."""
         assert self.proc is not None
         self.proc.send_signal(sig)
-        return self.proc.wait(timeout=60)
+        try:
+            code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            code = None
+        if sig == signal.SIGTERM and code != 0:
+            print(f"cdcd run: exit {code} after SIGTERM:\n{self.log.read_text()[-3000:]}", file=sys.stderr)
+        if code is None:
+            raise AssertionError("cdcd run did not stop within 60 s of the signal")
+        return code
 
     def consume_until(self, done: Callable[[list[Event]], bool], timeout: float = 90) -> list[Event]:
         deadline = time.monotonic() + timeout
