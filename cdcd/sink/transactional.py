@@ -36,6 +36,7 @@ log = structlog.get_logger("cdcd.sink.kafka")
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 _READ_TIMEOUT_S = 10.0  # per request to Kafka while reading the progress topic; then it is tried again
 _WAITING_LOG_S = 30.0  # how often a wait for Kafka (retriable errors) is logged
+_READ_RETRY_PAUSE_S = 1.0  # between reads of the progress topic: some errors (no leader yet) come back at once
 
 
 def _not_started(topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
@@ -120,6 +121,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
                 self._raise_failure()
                 logged_at = _log_wait("read the progress topic", str(exc), logged_at)
                 self.keep_alive()
+                time.sleep(_READ_RETRY_PAUSE_S)  # not a new consumer per millisecond
 
     def _make_transactional(self, slot: str, system_id: str) -> None:
         self.transactional_id = self.options.transactional_id or f"cdcd-{system_id}-{slot}"

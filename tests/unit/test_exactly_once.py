@@ -5,6 +5,7 @@ against a recording stand-in for confluent-kafka's Producer."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -261,11 +262,14 @@ def test_a_session_start_waits_for_kafka_to_read_the_progress_topic(monkeypatch:
         return answer
 
     monkeypatch.setattr(records, "read_last", read_last)
+    pauses: list[float] = []
+    monkeypatch.setattr(time, "sleep", pauses.append)
     beats: list[int] = []
     with structlog.testing.capture_logs() as logs:
         found = out.committed("s", SYSTEM, slot_created=False, keep_alive=lambda: beats.append(1))
     assert found == Committed(0x208, 0x200, None)
     assert len(beats) == 2  # a stop request ends the wait
+    assert pauses == [1.0, 1.0]  # paced: an error that comes back at once is not retried at once
     assert [e["error"] for e in logs if e["event"] == "waiting for Kafka"] == [
         "cannot read progress topic p: no answer within 10 s"
     ]  # logged once per 30 s
