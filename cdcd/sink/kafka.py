@@ -18,6 +18,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from cdcd.avro.schema import column_changes
 from cdcd.batches import SnapshotBatch, Transaction
@@ -36,6 +37,18 @@ Acked = Callable[[KafkaError | None, Message], None]
 
 # librdkafka errors that mean the configuration is wrong (credentials, certificates), not that Kafka is away.
 _FATAL_CLIENT_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+WAITING_LOG_S = 30.0  # how often a wait for Kafka or the schema registry is logged
+_REGISTRY_RETRY_PAUSE_S = 1.0
+
+
+def log_wait(service: str, what: str, error: str, logged_at: float | None) -> float:
+    """Log a wait for ``service`` (Kafka, the schema registry) at most every ``WAITING_LOG_S``; the time it was
+    last logged."""
+    now = time.monotonic()
+    if logged_at is not None and now - logged_at < WAITING_LOG_S:
+        return logged_at
+    log.warning(f"waiting for {service}", to=what, error=error)
+    return now
 
 
 class KafkaSink(AtLeastOnce):
@@ -195,15 +208,20 @@ class KafkaSink(AtLeastOnce):
         self, topic: str, key: bytes | None, value: bytes | None, acked: Acked | None, headers: Headers | None
     ) -> None:
         while True:
-            self.producer.poll(0.1)
-            self._note_progress()
-            self._raise_failure()
-            self.keep_alive()  # status updates go on while blocked, or the server drops us
+            self._wait(0.1)
             try:
                 self.producer.produce(topic, value, key, on_delivery=acked, headers=headers)
                 return
             except BufferError:
                 continue
+
+    def _wait(self, seconds: float) -> None:
+        """Blocked (a full queue, a registry away): serve acknowledgements meanwhile, stop on a client failure,
+        and keep status updates going, or the server drops us (a stop request ends the wait)."""
+        self.producer.poll(seconds)
+        self._note_progress()
+        self._raise_failure()
+        self.keep_alive()
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -219,21 +237,41 @@ class KafkaSink(AtLeastOnce):
             return []
         return column_changes(latest, schema)
 
+    def _register(self, subject: str, schema: dict[str, Any], text: str) -> int:
+        """The id the registry gives ``schema`` under ``subject``. A refusal (incompatible, unauthorized, invalid)
+        stops cdcd; a registry that is away or failing (no connection, a timeout, HTTP 5xx) is waited for, with
+        status updates going on (a stop request ends the wait; nothing after it was confirmed)."""
+        logged_at = None
+        while True:
+            try:
+                schema_id: int = self.registry.register_schema(subject, Schema(text, "AVRO"))
+                return schema_id
+            except SchemaRegistryError as exc:
+                if exc.http_status_code < 500:
+                    raise SinkFailure(self._refused(subject, schema, exc)) from None
+                error = str(exc)
+            except Exception as exc:  # the client raises its HTTP library's errors: connection, timeout
+                error = str(exc) or type(exc).__name__
+            logged_at = log_wait("the schema registry", f"register {subject}", error, logged_at)
+            self._wait(_REGISTRY_RETRY_PAUSE_S)
+
+    def _refused(self, subject: str, schema: dict[str, Any], exc: SchemaRegistryError) -> str:
+        refused = f"schema registry refused the new schema for {subject}"
+        if exc.http_status_code != 409:  # credentials, an invalid schema: not a question of compatibility
+            return f"{refused}: {exc}; nothing after it was confirmed"
+        changes = self._changes_from_registered(subject, schema)
+        what = f" ({'; '.join(changes)})" if changes else ""
+        return (
+            f"{refused}{what}: {exc}. The registry's compatibility rule forbids this change: set the subject's"
+            " compatibility or make the change compatible, then restart: nothing after it was confirmed"
+        )
+
     def schema_id(self, subject: str, schema: dict[str, Any]) -> int:
         text = json.dumps(schema, sort_keys=True)
         cached = self._schema_ids.get((subject, text))
         if cached is not None:
             return cached
-        try:
-            schema_id: int = self.registry.register_schema(subject, Schema(text, "AVRO"))
-        except Exception as exc:  # the client raises several error types; all mean the same here
-            changes = self._changes_from_registered(subject, schema)
-            what = f" ({'; '.join(changes)})" if changes else ""
-            raise SinkFailure(
-                f"schema registry refused the new schema for {subject}{what}: {exc}. If the registry's compatibility"
-                " rule forbids this change, set the subject's compatibility or make the change compatible, then"
-                " restart: nothing after it was confirmed"
-            ) from None
+        schema_id = self._register(subject, schema, text)
         self._schema_ids[(subject, text)] = schema_id
         return schema_id
 
@@ -273,25 +311,40 @@ class KafkaSink(AtLeastOnce):
 def check_kafka(kafka: KafkaSettings, registry: SchemaRegistrySettings, timeout: float = 10) -> list[str]:
     """Every problem that would stop `cdcd run` on the Kafka side: the broker and the schema registry."""
     problems = []
-    errors: list[str] = []  # what the client saw: names the cause (authentication, TLS) better than the timeout
     try:
-        config: dict[str, Any] = {
-            **kafka.client_config(),
-            "logger": library_logger("cdcd.librdkafka"),
-            "error_cb": lambda e: errors.append(e.str()),
-        }
-        admin = AdminClient(config)
-        try:
-            metadata = admin.list_topics(timeout=timeout)
-        finally:
-            admin.poll(0)  # serves error_cb
-        if not metadata.brokers:
-            problems.append(f"Kafka at {kafka.bootstrap_servers} reports no brokers")
+        broker = _check_broker(kafka, timeout)
+        if broker:
+            problems.append(broker)
     except KafkaException as exc:
-        cause = f" ({errors[-1]})" if errors else ""
-        problems.append(f"cannot reach Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}{cause}")
+        problems.append(f"cannot reach Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}")
     try:
         SchemaRegistryClient({**registry.client_config(), "timeout": timeout}).get_subjects()
     except Exception as exc:  # connection errors, HTTP errors and bad URLs all land here
         problems.append(f"schema registry at {registry.url} does not answer the Confluent API: {exc}")
     return problems
+
+
+# What makes the broker check answer before its timeout: wrong credentials or certificates, or no bootstrap
+# server accepting a connection (librdkafka would go on retrying; a check reports what it sees now).
+_CHECK_DEFINITE = _FATAL_CLIENT_ERRORS | {KafkaError._ALL_BROKERS_DOWN}
+
+
+def _check_broker(kafka: KafkaSettings, timeout: float) -> str | None:
+    """The broker's problem, or None: metadata asked for in quarter-second slices until it comes, the client
+    reports a definite error, or ``timeout`` passes."""
+    errors: list[KafkaError] = []  # what the client saw: names the cause (authentication, TLS) better than a timeout
+    config: dict[str, Any] = {**kafka.client_config(), "logger": library_logger("cdcd.librdkafka"),
+                              "error_cb": errors.append}  # fmt: skip
+    admin = AdminClient(config)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=min(0.25, max(0.05, deadline - time.monotonic())))
+            return None if metadata.brokers else f"Kafka at {kafka.bootstrap_servers} reports no brokers"
+        except KafkaException as exc:
+            admin.poll(0)  # serves error_cb
+            definite = [e for e in errors if e.code() in _CHECK_DEFINITE or e.fatal()]
+            if definite or time.monotonic() >= deadline:
+                seen = definite or errors
+                named = f" ({seen[-1].str()})" if seen else ""
+                return f"cannot reach Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}{named}"

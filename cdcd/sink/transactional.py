@@ -29,13 +29,12 @@ from cdcd.progress import Entry, Progress
 from cdcd.shaping import Emit, Headers
 from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
 from cdcd.sink import progress_topic as records
-from cdcd.sink.kafka import KafkaSink
+from cdcd.sink.kafka import KafkaSink, log_wait
 
 log = structlog.get_logger("cdcd.sink.kafka")
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 _READ_TIMEOUT_S = 10.0  # per request to Kafka while reading the progress topic; then it is tried again
-_WAITING_LOG_S = 30.0  # how often a wait for Kafka (retriable errors) is logged
 _READ_RETRY_PAUSE_S = 1.0  # between reads of the progress topic: some errors (no leader yet) come back at once
 
 
@@ -119,7 +118,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
                 return records.read_last(self.settings.client_config(), self.progress_topic, slot, _READ_TIMEOUT_S)
             except records.ProgressTopicUnreachable as exc:
                 self._raise_failure()
-                logged_at = _log_wait("read the progress topic", str(exc), logged_at)
+                logged_at = log_wait("Kafka", "read the progress topic", str(exc), logged_at)
                 self.keep_alive()
                 time.sleep(_READ_RETRY_PAUSE_S)  # not a new consumer per millisecond
 
@@ -248,7 +247,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
 
     def _retrying(self, what: str, call: Callable[[], None]) -> None:
         """``call`` until it succeeds: retriable errors (Kafka away, a timeout) are retried with status updates
-        going on (logged every ``_WAITING_LOG_S``); an abortable one aborts the transaction and rewinds; a fatal
+        going on (logged every ``WAITING_LOG_S``); an abortable one aborts the transaction and rewinds; a fatal
         one (fenced) stops."""
         logged_at = None
         while True:
@@ -265,7 +264,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
             if not error.retriable():
                 raise SinkFailure(f"cannot {what}: {error.str()}")
             # e.g. a broker without a transaction coordinator (transaction.state.log.* above the brokers)
-            logged_at = _log_wait(what, error.str(), logged_at)
+            logged_at = log_wait("Kafka", what, error.str(), logged_at)
             self.keep_alive()
 
     def _fatal(self, what: str, error: KafkaError) -> str:
@@ -287,12 +286,3 @@ class ExactlyOnceKafkaSink(KafkaSink):
         if self._failure is None and error.fatal() and error.code() in _FENCED:
             self._failure = self._fatal("write", error)
         super()._client_error(error)
-
-
-def _log_wait(what: str, error: str, logged_at: float | None) -> float:
-    """Log a wait for Kafka at most every ``_WAITING_LOG_S``; the time it was last logged."""
-    now = time.monotonic()
-    if logged_at is not None and now - logged_at < _WAITING_LOG_S:
-        return logged_at
-    log.warning("waiting for Kafka", to=what, error=error)
-    return now

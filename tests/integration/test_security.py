@@ -335,12 +335,14 @@ def _secret_cases(db: Database, role: Role, env: dict[str, str], registry_401: s
     return cases
 
 
-def _run_briefly(db: Database, command: str, config: dict[str, Any], tmp_path: Path) -> tuple[int, bool, str]:
-    """`cdcd run` or `tail` with one row committed while it runs: it streams it, or fails on the service it
-    cannot use. Stopped with SIGTERM once the row is confirmed, or after 15 s (and killed if it does not stop).
-    Returns (exit code, confirmed, output)."""
+def _run_briefly(
+    db: Database, command: str, config: dict[str, Any], tmp_path: Path, seconds: float = 15
+) -> tuple[int, bool, str]:
+    """`cdcd run` or `tail` with one row committed while it runs: it streams it, or fails on (or waits for) the
+    service it cannot use. Stopped with SIGTERM once the row is confirmed, or after ``seconds`` (and killed if it
+    does not stop). Returns (exit code, confirmed, output)."""
     with Daemon(db, config, tmp_path, command) as daemon:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + seconds
         while daemon.proc.poll() is None and time.monotonic() < deadline:
             if db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", [daemon.slot]):
                 break
@@ -373,12 +375,16 @@ def test_no_secret_in_any_output(
         result = cdcd("check", case.config, tmp_path)
         printed[f"check, {name}"] = out = result.stdout + result.stderr
         assert result.returncode == (0 if case.state == "answering" else 1), f"check, {name}:\n{out}"
-        code, confirmed, printed[f"run, {name}"] = _run_briefly(db15, "run", case.config, tmp_path / f"run{i}")
+        seconds = 15 if case.state == "answering" else 8  # long enough to log what it waits for, retries included
+        code, confirmed, printed[f"run, {name}"] = _run_briefly(db15, "run", case.config, tmp_path / f"run{i}", seconds)
         if case.state == "answering":
             assert code == 0, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
             assert confirmed, f"run, {name}: the row was not delivered\n{printed[f'run, {name}']}"
         elif case.state == "refusing":
             assert code == 1, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
+        elif case.service == "registry":  # away: waited for, as Kafka is, until stopped
+            assert code == 0, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
+            assert "waiting for the schema registry" in printed[f"run, {name}"], printed[f"run, {name}"]
         source_ok = case.service != "postgresql" or case.state == "answering"
         if case.service in ("postgresql", "kafka"):  # tail and snapshot read the source only: one registry case
             source = {**case.config["source"], "slot": f"t_{uuid.uuid4().hex[:10]}", "temporary_slot": True}
