@@ -195,10 +195,10 @@ def test_sigkill_at_random_points_every_committed_change_exactly_once(run15: Run
     rng = random.Random(20261124)
     kills = bulk_inserts = 0
     try:
-        for round_ in range(22):
-            if round_ == 6:
+        for round_ in range(14):
+            if round_ == 4:
                 request_snapshot(run, "public.static")
-            if round_ == 12:
+            if round_ == 8:
                 bulk_inserts = kill_inside_an_open_kafka_transaction(run)
             else:
                 time.sleep(rng.uniform(0.2, 1.5))
