@@ -10,7 +10,8 @@ cdcd confirmed the end of the workload (so Kafka holds every event), two measure
 * **backlog**: the job with ``availableNow`` on a fresh checkpoint applies every event; events/s = Kafka
   messages read (tombstones included; must equal what Kafka holds) / seconds from the query's start to its end
   (the Spark session is started before, not timed), with the number of micro-batches (one unless
-  ``--max-offsets-per-trigger``);
+  ``--max-offsets-per-trigger``); then the same backlog again by a new query (new checkpoint, new mirror) in
+  the same session: the first run also pays for the JVM's warm-up, the second shows the rate of a warm job;
 * **convergence**: the job keeps running (``--trigger-interval``, default 1 s); a last transaction updates
   rows 1..1,000 (900 left after the deletes); the time from its COMMIT until the mirror equals the source
   (count and sum of n and of length(v), polled every 0.5 s) is reported. Then the job stops.
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +95,7 @@ def wait_confirmed(conn: psycopg.Connection[Any], slot: str, proc: subprocess.Po
     wait_until(lambda: conn.execute(query, [lsn, slot]).fetchone()[0], proc, log, 0.2)  # type: ignore[index]
 
 
-def backlog(spark: Any, options: Options, messages: int) -> None:
+def backlog(spark: Any, options: Options, messages: int, label: str = "backlog") -> None:
     began = time.monotonic()
     query = start(spark, options)
     query.awaitTermination()
@@ -102,7 +104,7 @@ def backlog(spark: Any, options: Options, messages: int) -> None:
     read = sum(int(p["numInputRows"]) for p in batches)
     if read != messages:
         raise SystemExit(f"the job read {read} messages, Kafka holds {messages}")
-    print(f"backlog: {read} Kafka messages applied in {seconds:.1f} s = {read / seconds:,.0f} events/s "
+    print(f"{label}: {read} Kafka messages applied in {seconds:.1f} s = {read / seconds:,.0f} events/s "
           f"({len(batches)} micro-batches)")  # fmt: skip
 
 
@@ -167,7 +169,12 @@ def bench(args: argparse.Namespace, env: dict[str, str], name: str, work: Path) 
                 max_offsets_per_trigger=args.max_offsets_per_trigger,
                 trigger_interval=args.trigger_interval,
             )
-            backlog(spark, options, count_messages(env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], name + ".public."))
+            messages = count_messages(env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], name + ".public.")
+            backlog(spark, options, messages)
+            # The same backlog again, by a new query into a new mirror: the first one also paid for the JVM's
+            # warm-up (class loading, JIT, Spark's code generation), which a long-running job pays once.
+            warm = replace(options, checkpoint=str(work / "checkpoint-warm"), mirror=str(work / "mirror-warm"))
+            backlog(spark, warm, messages, "backlog, warm JVM")
             path = str(work / "mirror" / "public" / "bench")
             convergence(spark, options, conn, path, args.updates)
             compare(spark, conn, path)
@@ -189,6 +196,7 @@ def cleanup(env: dict[str, str], name: str, work: Path) -> None:
 
 FIGURES = {
     "backlog events/s": re.compile(r"^backlog: .* = ([\d,]+) events/s", re.M),
+    "warm backlog events/s": re.compile(r"^backlog, warm JVM: .* = ([\d,]+) events/s", re.M),
     "micro-batches": re.compile(r"^backlog: .*\((\d+) micro-batches\)", re.M),
     "last COMMIT -> mirror equal, s": re.compile(r"^convergence: mirror equal to the source ([\d.]+) s", re.M),
 }
