@@ -26,9 +26,9 @@ from cdcd.spark.merge import (
     OP,
     UNCHANGED,
     Position,
-    create_sql,
     evolve_sql,
     first_conflict_sql,
+    insert_sql,
     latest_sql,
     merge_sql,
     moved_latest_sql,
@@ -37,6 +37,8 @@ from cdcd.spark.merge import (
     window_sql,
 )
 from cdcd.spark.schema import (
+    COMMIT_LSN,
+    LSN,
     TableSchema,
     aligned_struct,
     key_columns,
@@ -435,15 +437,9 @@ class BatchWriter:
         if keys is None:
             return
         name = self._sql_name(tb.schema, tb.table)
-        view = f"cdcd_events_{abs(hash(tb.name))}"
-        tb.events.createOrReplaceTempView(view)
+        created = state is None
         if state is None:
-            state = MirrorState(batch.last_schema, batch.last, keys, batch.truncated)
-            if batch.rows and not batch.moves:  # a new table: made and filled in one Delta commit, no MERGE
-                latest = self._latest(view, keys, tb.schemas[state.schema_id], state)
-                self._create(tb, state, latest)
-                return
-            state = self._create(tb, state)
+            state = self._create(tb, MirrorState(batch.last_schema, batch.last, keys))
         elif batch.last > state.schema_at and batch.last_schema != state.schema_id:
             for statement in evolve_sql(name, tb.schemas[state.schema_id], tb.schemas[batch.last_schema]):
                 self.spark.sql(statement)
@@ -454,8 +450,12 @@ class BatchWriter:
         if not batch.rows:
             return
         target = tb.schemas[state.schema_id]
+        view = f"cdcd_events_{abs(hash(tb.name))}"
+        tb.events.createOrReplaceTempView(view)
         if not batch.moves:
-            self.spark.sql(merge_sql(name, self._latest(view, keys, target, state), keys, target))
+            self._view(view + "_latest", latest_sql(view, keys, target, state.truncated_at))
+            # A table created by this batch is empty: its rows are inserted, no MERGE needed.
+            self.spark.sql((insert_sql if created else merge_sql)(name, view + "_latest", keys, target))
             return
         # Key changes: each moved row takes its old key's earlier events and mirror row along, in one MERGE; a
         # batch with chains or reused keys in one MERGE per part, split at each key change one pass cannot take.
@@ -474,23 +474,21 @@ class BatchWriter:
                 return
             start = end
 
-    def _latest(self, view: str, keys: tuple[str, ...], target: TableSchema, state: MirrorState) -> str:
-        """The name of a view of each key's newest event in ``view`` (after the mirror's last truncate)."""
-        self._view(view + "_latest", latest_sql(view, keys, target, state.truncated_at))
-        return view + "_latest"
-
     def _view(self, name: str, sql: str) -> None:
         self.spark.sql(sql).createOrReplaceTempView(name)
 
-    def _create(self, tb: TableBatch, state: MirrorState, source: str | None = None) -> MirrorState:
-        """Create the mirror table: empty, or with the rows of view ``source`` (:meth:`_latest`)."""
+    def _create(self, tb: TableBatch, state: MirrorState) -> MirrorState:
+        columns = f"{tb.schemas[state.schema_id].ddl()}, {COMMIT_LSN} bigint, {LSN} bigint"
         props = {
             "delta.columnMapping.mode": "name",  # lets dropped columns be dropped
             "delta.enableDeletionVectors": "true",  # a MERGE marks replaced rows instead of rewriting whole files
             **state.properties(),
         }
-        schema = tb.schemas[state.schema_id]
-        self.spark.sql(create_sql(self._sql_name(tb.schema, tb.table), schema, props, source))
+        listed = ", ".join(f"{literal(k)} = {literal(v)}" for k, v in props.items())
+        self.spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {self._sql_name(tb.schema, tb.table)} ({columns}) USING delta "
+            f"TBLPROPERTIES ({listed})"
+        )
         self.states[self._path(tb.schema, tb.table)] = state
         return state
 

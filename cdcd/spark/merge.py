@@ -140,21 +140,14 @@ def merge_sql(table: str, source: str, keys: Sequence[str], schema: TableSchema,
     )
 
 
-def create_sql(table: str, schema: TableSchema, properties: dict[str, str], source: str | None = None) -> str:
-    """Create the mirror ``table`` with ``properties``: empty, or in the same Delta commit with what
-    :func:`merge_sql` would write into it from ``source`` (what is not deleted; every column nullable, as Delta
-    makes them). Only for a table that does not exist. Always CREATE OR REPLACE ... AS SELECT: a job killed while
-    creating a table leaves data files without a Delta log, which a plain CREATE (or one with a column list)
-    refuses, and IF NOT EXISTS would skip."""
-
-    def value(column: str) -> str:
-        return "NULL" if source is None else f"s.{column}"
-
-    columns = [f"CAST({value(quote(c.name))} AS {c.ddl}) AS {quote(c.name)}" for c in schema.columns]
-    columns += [f"CAST({value(EV_COMMIT_LSN)} AS bigint) AS {COMMIT_LSN}", f"CAST({value(EV_LSN)} AS bigint) AS {LSN}"]
-    rows = "WHERE false" if source is None else f"FROM {source} AS s WHERE s.{OP} <> 'd'"
-    listed = ", ".join(f"{literal(k)} = {literal(v)}" for k, v in properties.items())
-    return f"CREATE OR REPLACE TABLE {table} USING delta TBLPROPERTIES ({listed}) AS SELECT {', '.join(columns)} {rows}"
+def insert_sql(table: str, source: str, keys: Sequence[str], schema: TableSchema) -> str:
+    """What :func:`merge_sql` does to an empty mirror ``table``, without the join: insert what is not deleted."""
+    del keys  # the signature of merge_sql
+    names = [quote(c.name) for c in schema.columns]
+    return (
+        f"INSERT INTO {table} ({', '.join([*names, COMMIT_LSN, LSN])}) "
+        f"SELECT {', '.join([*names, EV_COMMIT_LSN, EV_LSN])} FROM {source} WHERE {OP} <> 'd'"
+    )
 
 
 def window_sql(view: str, since: Position | None, start: Position | None, end: Position | None) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cdcd.spark.merge import (
-    create_sql,
     evolve_sql,
     first_conflict_sql,
+    insert_sql,
     keyed_events_sql,
     latest_sql,
     lineage_events_sql,
@@ -119,17 +119,10 @@ def test_moves_sql_takes_a_key_change_from_either_half() -> None:
     )
 
 
-def test_create_sql_makes_an_empty_table_or_fills_it_in_the_same_commit() -> None:
-    props = {"delta.columnMapping.mode": "name", "k's": "v"}
-    head = "CREATE OR REPLACE TABLE delta.`/m/t` USING delta TBLPROPERTIES ('delta.columnMapping.mode' = 'name', "
-    assert create_sql("delta.`/m/t`", SCHEMA, props) == (
-        f"{head}'k\\'s' = 'v') AS SELECT CAST(NULL AS int) AS `id`, CAST(NULL AS string) AS `big`, "
-        "CAST(NULL AS bigint) AS _cdc_commit_lsn, CAST(NULL AS bigint) AS _cdc_lsn WHERE false"
-    )
-    assert create_sql("delta.`/m/t`", SCHEMA, props, "latest") == (
-        f"{head}'k\\'s' = 'v') AS SELECT CAST(s.`id` AS int) AS `id`, CAST(s.`big` AS string) AS `big`, "
-        "CAST(s._commit_lsn AS bigint) AS _cdc_commit_lsn, CAST(s._lsn AS bigint) AS _cdc_lsn "
-        "FROM latest AS s WHERE s._op <> 'd'"
+def test_insert_sql_inserts_what_is_not_deleted() -> None:
+    assert insert_sql("delta.`/m/t`", "latest", ["id"], SCHEMA) == (
+        "INSERT INTO delta.`/m/t` (`id`, `big`, _cdc_commit_lsn, _cdc_lsn) "
+        "SELECT `id`, `big`, _commit_lsn, _lsn FROM latest WHERE _op <> 'd'"
     )
 
 
