@@ -338,11 +338,13 @@ def _check_broker(kafka: KafkaSettings, timeout: float) -> str | None:
     admin = AdminClient(config)
     deadline = time.monotonic() + timeout
     while True:
+        slice_end = min(deadline, time.monotonic() + 0.25)
         try:
-            metadata = admin.list_topics(timeout=min(0.25, max(0.05, deadline - time.monotonic())))
+            metadata = admin.list_topics(timeout=max(0.05, slice_end - time.monotonic()))
             return None if metadata.brokers else f"Kafka at {kafka.bootstrap_servers} reports no brokers"
         except KafkaException as exc:
-            admin.poll(0)  # serves error_cb
+            # serves error_cb; an error that comes back at once waits out its slice (not a request per millisecond)
+            admin.poll(max(0.0, slice_end - time.monotonic()))
             definite = [e for e in errors if e.code() in _CHECK_DEFINITE or e.fatal()]
             if definite or time.monotonic() >= deadline:
                 seen = definite or errors
