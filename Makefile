@@ -56,13 +56,14 @@ integration: venv stack avroread
 
 # The whole suite: lint, types, unit tests, integration tests on every PG major in PG_VERSIONS, with the compiled
 # row stage (cdcd._native); then, on the Python reference alone (CDCD_IMPL=python), the unit tests (bar the parity
-# tests, which need both) and the integration tests of the row path (Kafka, snapshots, streaming, the Go reader)
+# tests and the lane's, which need both) and the integration tests of the row path (Kafka, snapshots, streaming, the Go reader)
 # on PG_FULL.
 ROW_PATH_TESTS := tests/integration/test_kafka.py tests/integration/test_snapshot.py \
 	tests/integration/test_tail_streaming.py tests/integration/test_avroread.py
 test: lint stack avroread
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" $(BIN)/pytest tests -q -p no:cacheprovider --durations=25
-	CDCD_IMPL=python $(BIN)/pytest tests/unit -q -p no:cacheprovider --ignore tests/unit/test_native.py
+	CDCD_IMPL=python $(BIN)/pytest tests/unit -q -p no:cacheprovider --ignore tests/unit/test_native.py \
+		--ignore tests/unit/test_lane.py
 	CDCD_IMPL=python CDCD_TEST_PG_VERSIONS="$(PG_FULL)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
 		$(BIN)/pytest $(ROW_PATH_TESTS) -q -p no:cacheprovider -k "not kafka_away"
 

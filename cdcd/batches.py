@@ -1,4 +1,5 @@
-"""What the replication core hands to a sink: a committed ``Transaction`` or a ``SnapshotBatch`` of rows."""
+"""What the replication core hands to a sink: a committed ``Transaction``, a ``SnapshotBatch`` of rows, or
+transactions already ``Shaped`` into records (by the compiled lane, ``cdcd.replication.lane``)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,16 @@ class SnapshotBatch:
         if self.last and index == len(self.rows) - 1:
             return "last"
         return self.marker
+
+
+@dataclass(frozen=True, slots=True)
+class Shaped:
+    """Whole transactions made into Kafka records (topic, key, value) in one go; confirmable at ``end_lsn`` once
+    every record is acknowledged. ``commit_lsn``: the last transaction's; ``commit_time``: the first one's
+    (PostgreSQL µs), the oldest, for lag."""
+
+    records: list[tuple[str, bytes | None, bytes | None]]
+    transactions: int
+    commit_lsn: int
+    end_lsn: int
+    commit_time: int

@@ -140,7 +140,7 @@ class EventShaper:
         self.types: Mapping[int, Type] = {}
         self.plans = Plans()
         self.events: Counter[tuple[str, str]] = Counter()
-        self._last_commit_lsn: int | None = None
+        self.last_commit_lsn: int | None = None  # of the last transaction shaped: Debezium's source.sequence
         self._fixed: dict[str, tuple[bytes, bytes]] = {}  # topic -> wire headers of fixed-schema events
 
     def start_session(self, database: str, types: Mapping[int, Type], plans: Plans) -> None:
@@ -158,7 +158,7 @@ class EventShaper:
             ts_us=pg_to_unix_us(txn.commit_time),
             tx_id=txn.xid,
             commit_lsn=txn.commit_lsn,
-            last_commit_lsn=self._last_commit_lsn,
+            last_commit_lsn=self.last_commit_lsn,
             origin=txn.origin,
         )
         # Like Debezium, no BEGIN/END for a transaction without events (PostgreSQL 14 sends those; 15+ skips them).
@@ -205,7 +205,7 @@ class EventShaper:
             if self.debezium:  # Debezium names the tables, not the topics
                 counts = tuple((self._collection(topic), n) for topic, n in counts)
             emit(*self._transaction_event("END", order.id, meta_ts_ms, order.total, counts))
-        self._last_commit_lsn = txn.commit_lsn
+        self.last_commit_lsn = txn.commit_lsn
 
     def message(self, message: LogicalMessage, emit: Emit) -> None:
         """Emit a non-transactional logical decoding message."""
@@ -337,6 +337,22 @@ class EventShaper:
         value_header = wire_header(self.registry.schema_id(f"{topic}-value", schemas.envelope))
         plan.wire = Wire(topic, EnvelopeEncoder(schemas, native=self.native), key_header, value_header)
         return plan.wire
+
+    def shaped(self, last_commit_lsn: int, events: list[tuple[str, str, int]]) -> None:
+        """Transactions were shaped elsewhere (the lane, ``cdcd.replication.lane``): the last one's commit LSN
+        and the events made, as (schema.table, op, count)."""
+        self.last_commit_lsn = last_commit_lsn
+        for table, op, count in events:
+            self.events[table, op] += count
+
+    def transaction_headers(self) -> tuple[str, bytes, bytes] | None:
+        """The transaction topic and the wire headers of its BEGIN and END events (not Debezium's layout); None
+        without the transaction topic."""
+        if not self.transaction_topic:
+            return None
+        return self._transaction_topic, *self._fixed_headers(
+            self._transaction_topic, TRANSACTION_KEY, TRANSACTION_VALUE
+        )
 
     # -- fixed-schema events ---------------------------------------------------------------------------
 

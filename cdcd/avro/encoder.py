@@ -387,6 +387,7 @@ class EnvelopeEncoder:
         # cdcd._native's ``Envelope.rows``: a run of one table's changes shaped and emitted in one call (shaping)
         self.rows: Callable[..., tuple[int, tuple[int, int, int]]] | None = None
         self.snapshot_rows: Callable[..., int] | None = None  # ``Envelope.snapshot_rows``: the same for snapshots
+        self.envelope: Any = None  # the cdcd._native Envelope, when compiled (for the lane: cdcd.replication.lane)
         if schemas.debezium:  # Debezium's layout: the envelope written here
             if native and _native is not None and not self._defaults:  # compiled rows: every column nullable
                 self._value_row = _native_row(cols, n, True)
@@ -405,6 +406,7 @@ class EnvelopeEncoder:
         self.encode_key = envelope.encode_key
         self.rows = envelope.rows
         self.snapshot_rows = envelope.snapshot_rows
+        self.envelope = envelope
 
     # The hot path is a closure over locals (no attribute lookups per event).
     def _make_encode_value(self) -> EncodeValue:  # noqa: PLR0915 - one closure on purpose: the hot path

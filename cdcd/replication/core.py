@@ -179,6 +179,16 @@ class ReplicationCore:
             return Write(txn, observed(txn.changes(), watcher.observe))
         return Write(txn, txn.changes())
 
+    def written(self, xids: list[int], changes: int, received: int) -> None:
+        """Transactions the lane (``cdcd.replication.lane``) took from the frames, in commit order, with
+        ``changes`` changes in all; ``received``: the highest WAL position their frames reported."""
+        self.progress.received(received)
+        stats = self.stats
+        stats.outcomes["plain", "commit"] += len(xids)
+        stats.transactions += len(xids)
+        stats.changes += changes
+        self.recent_xids.extend(xids)
+
     def _keep(self, message: LogicalMessage) -> bool:
         """Messages are always requested (snapshot watermarks); the user's go on only with ``messages``."""
         return self.messages or (not message.transactional and message.prefix in _CONTROL)

@@ -29,8 +29,9 @@ from cdcd.pgoutput import Decoder
 from cdcd.plan import Plans
 from cdcd.progress import Progress
 from cdcd.replication.core import Event, Publish, ReplicationCore, SnapshotRequest, Stats, Watermark, Write
+from cdcd.replication.lane import Lane, begins
 from cdcd.replication.start import check_timeline, committed_snapshot, resumable, slot_request
-from cdcd.sink import SessionContext, Sink, SinkRewind
+from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.reader import SnapshotReader
 from cdcd.snapshot.runner import Snapshotter, start_state
@@ -270,14 +271,18 @@ class ReplicationLoop:
     def _stream(self, walsender: Walsender, core: ReplicationCore) -> None:
         core.next_status = time.monotonic() + core.status_interval_s
         frame, act, sink = core.frame, self._act, self.sink
+        lane = self._lane(core)
         while not self.stop.is_set():
             wait = min(1.0, core.next_status - time.monotonic(), sink.wake_in())
             frames = walsender.read(timeout=max(0.0, wait))
             reply = False
-            for data in frames:
-                event = frame(data)
-                if event is not None:
-                    reply = act(event) or reply
+            if lane is not None:
+                reply = self._through_lane(frames, core, lane)
+            else:
+                for data in frames:
+                    event = frame(data)
+                    if event is not None:
+                        reply = act(event) or reply
             sink.poll()
             snapshotter = self.snapshotter
             if snapshotter is not None and snapshotter.pending and sink.in_flight() < SNAPSHOT_BACKPRESSURE:
@@ -288,6 +293,33 @@ class ReplicationLoop:
             else:
                 self._status_if_due(walsender, core)
         self.state.phase = "stopping"
+
+    def _lane(self, core: ReplicationCore) -> Lane | None:
+        sink = self.sink
+        if isinstance(sink, ShapingSink) and Lane.available(sink.shaper):
+            return Lane(core, sink.shaper, sink.already_written)
+        return None
+
+    def _through_lane(self, frames: list[bytes], core: ReplicationCore, lane: Lane) -> bool:
+        """Carry out the frames, whole plain transactions through the lane, the rest one by one through the core;
+        True when the server asked for a status update."""
+        sink = self.sink
+        assert isinstance(sink, ShapingSink)
+        frame, act, reply, index = core.frame, self._act, False, 0
+        while index < len(frames):
+            data = frames[index]
+            if begins(data):
+                index, shaped = lane.take(frames, index)
+                if shaped is not None:
+                    sink.write_shaped(shaped, self.progress)
+                    self.published_lsn = shaped.end_lsn
+                    continue
+                data = frames[index]
+            event = frame(data)
+            index += 1
+            if event is not None:
+                reply = act(event) or reply
+        return reply
 
     def _act(self, event: Event) -> bool:
         """Carry out one of the core's events; True when the server asked for a status update."""

@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from cdcd.batches import SnapshotBatch, Transaction
+from cdcd.batches import Shaped, SnapshotBatch, Transaction
 from cdcd.pgoutput.messages import Change, LogicalMessage, Type
 from cdcd.plan import Plans
 from cdcd.progress import Progress
+from cdcd.shaping import EventShaper
 
 
 class SinkFailure(RuntimeError):
@@ -97,3 +98,17 @@ class Sink(Protocol):
     def poll(self) -> None: ...
     def flush(self, timeout: float) -> bool: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ShapingSink(Sink, Protocol):
+    """A sink that shapes with ``cdcd.shaping`` (Kafka) also takes transactions the lane shaped already
+    (``cdcd.replication.lane``)."""
+
+    shaper: EventShaper
+
+    def write_shaped(self, shaped: Shaped, progress: Progress) -> None:
+        """Write the records of ``shaped``, finished once every one is written."""
+
+    def already_written(self) -> int:
+        """Transactions committed at or below this LSN are written already (exactly-once); 0: none known."""

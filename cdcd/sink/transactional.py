@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException
 
-from cdcd.batches import SnapshotBatch, Transaction
+from cdcd.batches import Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import Change, LogicalMessage
@@ -169,6 +169,18 @@ class ExactlyOnceKafkaSink(KafkaSink):
         self._position = txn.commit_lsn
         progress.seal(entry)
         self._commit_if_due()
+
+    def write_shaped(self, shaped: Shaped, progress: Progress) -> None:
+        entry = self._hold(progress.open(shaped.end_lsn, pg_to_unix_us(shaped.commit_time) / 1e6), progress)
+        emit = self._emit
+        for topic, key, value in shaped.records:
+            emit(topic, key, value, None)
+        self._position = shaped.commit_lsn
+        progress.seal(entry)
+        self._commit_if_due()
+
+    def already_written(self) -> int:
+        return self._committed.position
 
     def write_message(self, message: LogicalMessage, progress: Progress) -> None:
         if message.lsn <= self._committed.position:

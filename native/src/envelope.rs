@@ -21,8 +21,9 @@ pub struct Envelope {
     reference_key: Py<PyAny>,
     connector_name: Vec<u8>,
     schema_table: Vec<u8>,
-    /// The `SourceInfo` the parts below were encoded from (compared by identity, as the Python encoder does).
-    source: Option<Py<PyAny>>,
+    /// What the parts below were encoded from: a `SourceInfo` (compared by identity, as the Python encoder
+    /// does) or a transaction of the compiled lane.
+    source: SourceKey,
     head: Vec<u8>,       // version .. db
     seq_prefix: Vec<u8>, // `[null,` or `["<last commit lsn>",`
     mid: Vec<u8>,        // schema, table, txId
@@ -45,6 +46,50 @@ fn string_attr(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
     Ok(obj.getattr(name)?.cast_exact::<PyString>()?.to_str()?.to_owned())
 }
 
+/// The transaction-wide fields of the `source` block (`cdcd.avro.encoder.SourceInfo`).
+pub struct Source {
+    pub version: String,
+    pub db: String,
+    pub ts_us: i64,
+    pub snapshot: String,
+    pub tx_id: Option<i64>,
+    pub commit_lsn: Option<i64>,
+    pub last_commit_lsn: Option<i64>,
+    pub origin: Option<String>,
+}
+
+impl Source {
+    fn of(s: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let origin = s.getattr("origin")?;
+        Ok(Source {
+            version: string_attr(s, "version")?,
+            db: string_attr(s, "db")?,
+            ts_us: s.getattr("ts_us")?.extract()?,
+            snapshot: string_attr(s, "snapshot")?,
+            tx_id: s.getattr("tx_id")?.extract()?,
+            commit_lsn: s.getattr("commit_lsn")?.extract()?,
+            last_commit_lsn: s.getattr("last_commit_lsn")?.extract()?,
+            origin: if origin.is_none() {
+                None
+            } else {
+                Some(origin.cast_exact::<PyString>()?.to_str()?.to_owned())
+            },
+        })
+    }
+}
+
+/// Whose `source` an event has: a `SourceInfo`, or the lane's transaction number ``generation``.
+pub enum SourceArg<'a, 'py> {
+    Py(&'a Bound<'py, PyAny>),
+    Lane(u64, &'a Source),
+}
+
+enum SourceKey {
+    Unset,
+    Py(Py<PyAny>),
+    Lane(u64),
+}
+
 #[pymethods]
 impl Envelope {
     #[new]
@@ -63,7 +108,7 @@ impl Envelope {
             reference_key,
             connector_name,
             schema_table,
-            source: None,
+            source: SourceKey::Unset,
             head: Vec::new(),
             seq_prefix: Vec::new(),
             mid: Vec::new(),
@@ -105,7 +150,16 @@ impl Envelope {
                 Some((id, total, dco)) => Some((id.to_str()?, *total, *dco)),
             };
             let (lsn, ts_us) = (lsn.extract()?, ts_us.extract()?);
-            self.encode(py, op, row(&before)?, row(&after)?, &source, lsn, ts_us, block)
+            self.encode(
+                py,
+                op,
+                row(&before)?,
+                row(&after)?,
+                SourceArg::Py(&source),
+                lsn,
+                ts_us,
+                block,
+            )
         })();
         match compiled {
             Ok(bytes) => Ok(bytes.into_any()),
@@ -170,7 +224,7 @@ impl Envelope {
                 _ => None,
             };
             let block = Some((txn_id, order.0 + 1, order.1 + 1));
-            let Ok(value) = self.encode(py, op, old, new, &source, Some(lsn), ts_us, block) else {
+            let Ok(value) = self.encode(py, op, old, new, SourceArg::Py(&source), Some(lsn), ts_us, block) else {
                 return Ok((index, counts));
             };
             order = (order.0 + 1, order.1 + 1);
@@ -215,7 +269,8 @@ impl Envelope {
                 },
                 None => None,
             };
-            let Ok(value) = self.encode(py, "r", None, Some(row), &source, Some(lsn), ts_us, None) else {
+            let Ok(value) = self.encode(py, "r", None, Some(row), SourceArg::Py(&source), Some(lsn), ts_us, None)
+            else {
                 return Ok(index);
             };
             let mut framed = Vec::with_capacity(value_header.len() + value.as_bytes().len());
@@ -240,7 +295,7 @@ impl Envelope {
 
 impl Envelope {
     /// ``header`` and the Key record of ``row``, or None when the compiled code refuses it.
-    fn key_bytes(&self, py: Python<'_>, header: &[u8], row: &Bound<'_, PyTuple>) -> Option<Vec<u8>> {
+    pub(crate) fn key_bytes(&self, py: Python<'_>, header: &[u8], row: &Bound<'_, PyTuple>) -> Option<Vec<u8>> {
         let mut out = header.to_vec();
         self.key_rows
             .as_ref()?
@@ -251,13 +306,13 @@ impl Envelope {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn encode<'py>(
+    pub(crate) fn encode<'py>(
         &mut self,
         py: Python<'py>,
         op: &str,
         before: Option<Bound<'py, PyTuple>>,
         after: Option<Bound<'py, PyTuple>>,
-        source: &Bound<'py, PyAny>,
+        source: SourceArg<'_, 'py>,
         lsn: Option<i64>,
         ts_us: Option<i64>,
         transaction: Option<(&str, i64, i64)>,
@@ -286,8 +341,19 @@ impl Envelope {
                 })?;
             }
         }
-        if !self.source.as_ref().is_some_and(|s| s.bind(py).is(source)) {
-            self.encode_source(source)?;
+        match source {
+            SourceArg::Py(s) => {
+                if !matches!(&self.source, SourceKey::Py(cached) if cached.bind(py).is(s)) {
+                    self.set_source(&Source::of(s)?);
+                    self.source = SourceKey::Py(s.clone().unbind());
+                }
+            }
+            SourceArg::Lane(generation, s) => {
+                if !matches!(self.source, SourceKey::Lane(cached) if cached == generation) {
+                    self.set_source(s);
+                    self.source = SourceKey::Lane(generation);
+                }
+            }
         }
         out.extend_from_slice(&self.head);
         match lsn {
@@ -340,34 +406,30 @@ impl Envelope {
         Ok(PyBytes::new(py, &out))
     }
 
-    fn encode_source(&mut self, s: &Bound<'_, PyAny>) -> PyResult<()> {
-        let ts: i64 = s.getattr("ts_us")?.extract()?;
+    fn set_source(&mut self, s: &Source) {
         let mut head = Vec::with_capacity(64);
-        avro::bytes(&mut head, string_attr(s, "version")?.as_bytes());
+        avro::bytes(&mut head, s.version.as_bytes());
         head.extend_from_slice(&self.connector_name);
-        avro::long(&mut head, ts.div_euclid(1000));
-        avro::long(&mut head, ts);
-        avro::bytes(&mut head, string_attr(s, "snapshot")?.as_bytes());
-        avro::bytes(&mut head, string_attr(s, "db")?.as_bytes());
-        let last: Option<i64> = s.getattr("last_commit_lsn")?.extract()?;
-        let seq_prefix = match last {
+        avro::long(&mut head, s.ts_us.div_euclid(1000));
+        avro::long(&mut head, s.ts_us);
+        avro::bytes(&mut head, s.snapshot.as_bytes());
+        avro::bytes(&mut head, s.db.as_bytes());
+        let seq_prefix = match s.last_commit_lsn {
             None => b"[null,".to_vec(),
             Some(last) => format!("[\"{last}\",").into_bytes(),
         };
         let mut mid = self.schema_table.clone();
-        nullable_long(&mut mid, s.getattr("tx_id")?.extract()?);
+        nullable_long(&mut mid, s.tx_id);
         let mut tail = Vec::new();
-        nullable_long(&mut tail, s.getattr("commit_lsn")?.extract()?);
-        let origin = s.getattr("origin")?;
-        if origin.is_none() {
-            tail.push(0);
-        } else {
-            tail.push(2);
-            avro::bytes(&mut tail, origin.cast_exact::<PyString>()?.to_str()?.as_bytes());
+        nullable_long(&mut tail, s.commit_lsn);
+        match &s.origin {
+            None => tail.push(0),
+            Some(origin) => {
+                tail.push(2);
+                avro::bytes(&mut tail, origin.as_bytes());
+            }
         }
         (self.head, self.seq_prefix, self.mid, self.tail) = (head, seq_prefix, mid, tail);
-        self.source = Some(s.clone().unbind());
-        Ok(())
     }
 
     fn write_transaction_id(&mut self, out: &mut Vec<u8>, id: &str) {
@@ -399,7 +461,7 @@ fn optional_tuple(value: Bound<'_, PyAny>) -> PyResult<Option<Bound<'_, PyTuple>
 }
 
 /// Whether two rows differ in any of the given columns (Python's ``!=``).
-fn differ(old: &Bound<'_, PyTuple>, new: &Bound<'_, PyTuple>, positions: &[usize]) -> PyResult<bool> {
+pub(crate) fn differ(old: &Bound<'_, PyTuple>, new: &Bound<'_, PyTuple>, positions: &[usize]) -> PyResult<bool> {
     for &i in positions {
         if old.get_item(i)?.ne(new.get_item(i)?)? {
             return Ok(true);
@@ -419,6 +481,17 @@ pub fn transaction_event<'py>(
     event_count: Option<i64>,
     data_collections: Option<Vec<(String, i64)>>,
 ) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
+    let (key, value) = transaction_fields(status, txn_id, ts_ms, event_count, data_collections.as_deref());
+    (PyBytes::new(py, &key), PyBytes::new(py, &value))
+}
+
+pub(crate) fn transaction_fields(
+    status: &str,
+    txn_id: &str,
+    ts_ms: i64,
+    event_count: Option<i64>,
+    data_collections: Option<&[(String, i64)]>,
+) -> (Vec<u8>, Vec<u8>) {
     let mut key = Vec::with_capacity(txn_id.len() + 2);
     avro::bytes(&mut key, txn_id.as_bytes());
     let mut value = Vec::with_capacity(64);
@@ -431,7 +504,7 @@ pub fn transaction_event<'py>(
             value.push(2);
             if !items.is_empty() {
                 avro::long(&mut value, items.len() as i64);
-                for (name, count) in &items {
+                for (name, count) in items {
                     avro::bytes(&mut value, name.as_bytes());
                     avro::long(&mut value, *count);
                 }
@@ -440,5 +513,5 @@ pub fn transaction_event<'py>(
         }
     }
     avro::long(&mut value, ts_ms);
-    (PyBytes::new(py, &key), PyBytes::new(py, &value))
+    (key, value)
 }

@@ -7,6 +7,8 @@
 //! * `RowWriter`: a compiled row record of `cdcd.avro.encoder`: row tuple in, Avro bytes out.
 //! * `Envelope`: a table's `encode_value` and `encode_key` (`cdcd.avro.encoder.EnvelopeEncoder`), and `rows`, a
 //!   run of its changes shaped and emitted (`cdcd.shaping`); `transaction_event`, a BEGIN or END event.
+//! * `plain_transactions`: whole plain transactions from walsender frames to Kafka records in one call (the
+//!   lane of `cdcd.replication.lane`), with a `LaneTable` per table.
 //! * `copy_row`: a `COPY ... TO STDOUT` text line to a row (`cdcd.snapshot.copy`), for snapshots.
 
 use pyo3::prelude::*;
@@ -15,6 +17,7 @@ mod avro;
 mod convert;
 mod copy;
 mod envelope;
+mod lane;
 mod row;
 mod tuple;
 
@@ -26,5 +29,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<envelope::Envelope>()?;
     m.add_function(wrap_pyfunction!(envelope::transaction_event, m)?)?;
     m.add_function(wrap_pyfunction!(copy::copy_row, m)?)?;
+    m.add_class::<lane::LaneTable>()?;
+    m.add_function(wrap_pyfunction!(lane::plain_transactions, m)?)?;
     Ok(())
 }

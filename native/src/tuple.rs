@@ -21,7 +21,12 @@ pub fn read_tuple<'py>(
     }
 }
 
-fn parse<'py>(py: Python<'py>, data: &[u8], pos: usize, values: &mut Vec<Bound<'py, PyAny>>) -> Option<usize> {
+pub(crate) fn parse<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    pos: usize,
+    values: &mut Vec<Bound<'py, PyAny>>,
+) -> Option<usize> {
     let count = i16::from_be_bytes(data.get(pos..pos + 2)?.try_into().ok()?);
     let mut pos = pos + 2;
     values.reserve(usize::try_from(count).ok()?);

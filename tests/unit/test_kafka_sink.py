@@ -1,5 +1,5 @@
-"""The Kafka sink's edges that need no broker: `cdcd check` against a port nothing listens on, and what schema
-registration does when the registry refuses or is away."""
+"""The Kafka sink's edges that need no broker: `cdcd check` against a port nothing listens on, what schema
+registration does when the registry refuses or is away, and how the lane's shaped records are produced."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from typing import Any
 
 import pytest
 import structlog
+from confluent_kafka import KafkaError
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from cdcd.batches import Shaped
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.progress import Progress
 from cdcd.sink import SinkFailure
 from cdcd.sink import kafka as sink_kafka
 from cdcd.sink.kafka import KafkaSink, check_kafka
@@ -82,3 +85,69 @@ def test_a_refusal_stops_and_names_the_cause(sink: KafkaSink, status: int, hint:
     assert hint in str(refused.value)
     assert ("compatibility" in str(refused.value)) == (status == 409)
     assert "nothing after it was confirmed" in str(refused.value)
+
+
+class Queue:
+    """A producer whose local queue holds ``room`` messages; ``poll`` delivers them (``error``: each fails)."""
+
+    def __init__(self, room: int, error: KafkaError | None = None) -> None:
+        self.room, self.error = room, error
+        self.queued: list[tuple[str, bytes | None, bytes | None, Any]] = []
+        self.delivered: list[tuple[str, bytes | None, bytes | None]] = []
+
+    def produce(
+        self, topic: str, value: bytes | None, key: bytes | None, on_delivery: Any, headers: Any = None
+    ) -> None:
+        if len(self.queued) >= self.room:
+            raise BufferError("Local: Queue full")
+        self.queued.append((topic, key, value, on_delivery))
+
+    def poll(self, timeout: float = 0) -> int:
+        queued, self.queued = self.queued, []
+        for topic, key, value, acked in queued:
+            self.delivered.append((topic, key, value))
+            acked(self.error, Delivered(topic))
+        return len(queued)
+
+    def __len__(self) -> int:
+        return len(self.queued)
+
+
+class Delivered:
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+
+    def topic(self) -> str:
+        return self._topic
+
+
+def shaped(count: int, end_lsn: int = 0x5000) -> Shaped:
+    records: list[tuple[str, bytes | None, bytes | None]] = [
+        ("cdc.public.t", b"k%d" % i, None if i % 3 == 2 else b"v%d" % i) for i in range(count)
+    ]
+    return Shaped(records, 4, 0x4000, end_lsn, 0)
+
+
+def test_shaped_records_are_produced_in_order_and_confirmed_once_all_are_acknowledged(sink: KafkaSink) -> None:
+    """The lane's unit: every record produced, in order, even through a full queue (waited for, never dropped);
+    its end LSN confirmable only after the last acknowledgement."""
+    queue = Queue(room=7)
+    sink.producer = queue  # type: ignore[assignment]
+    progress = Progress()
+    batch = shaped(20)
+    sink.write_shaped(batch, progress)
+    assert queue.delivered + [q[:3] for q in queue.queued] == batch.records
+    assert progress.flushed_lsn == 0  # the last records are still queued
+    queue.poll()
+    assert progress.flushed_lsn == 0x5000
+    assert sink.produced == 20
+
+
+def test_a_shaped_record_that_fails_stops_the_sink_and_nothing_is_confirmed(sink: KafkaSink) -> None:
+    queue = Queue(room=100, error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    sink.producer = queue  # type: ignore[assignment]
+    progress = Progress()
+    sink.write_shaped(shaped(3), progress)
+    with pytest.raises(SinkFailure, match=r"delivery to cdc\.public\.t failed"):
+        sink.poll()
+    assert progress.flushed_lsn == 0

@@ -1,0 +1,103 @@
+"""The compiled lane: whole plain transactions from walsender frames to Kafka records in one call.
+
+``ReplicationCore.frame`` takes one frame at a time and ``EventShaper.transaction`` makes one record at a time;
+for a stream of small transactions that per-frame and per-record Python is most of cdcd's CPU. ``Lane.take``
+hands a batch of frames to ``cdcd._native.plain_transactions``, which does for every whole plain transaction
+what the core, the decoder, the assembler and the shaper do (Begin, Insert/Update/Delete, Commit; tables
+without a row filter, with a compiled envelope; no snapshot window watching), byte for byte, and stops at the
+first transaction it leaves to them: the caller feeds that one to ``ReplicationCore.frame`` and tries the lane
+again at the next Begin. What the lane made goes to the sink as one ``Shaped`` unit (one progress entry).
+
+The Python stages stay the specification: ``tests/unit/test_lane.py`` runs both on the same frames and compares
+every record. Without the compiled module (``CDCD_IMPL=python``) or in Debezium's layout there is no lane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from cdcd import __version__
+from cdcd.batches import Shaped
+from cdcd.native import native
+from cdcd.replication.core import ReplicationCore
+from cdcd.shaping import EventShaper
+
+MAX_CHANGES = 256  # larger transactions take the Python stages (which shape them in compiled runs)
+_BEGIN = ord("B")
+_PAYLOAD = 25  # XLogData header: 'w', data start, WAL end, send time
+
+
+def begins(frame: bytes) -> bool:
+    """Whether ``frame`` is an XLogData frame holding a Begin: where the lane can start."""
+    return len(frame) > _PAYLOAD and frame[_PAYLOAD] == _BEGIN
+
+
+class Lane:
+    """The lane for one replication session. ``written``: transactions committed at or below this LSN are in
+    Kafka already (an exactly-once sink's last commit): those are left to the Python stages, which skip them."""
+
+    def __init__(self, core: ReplicationCore, shaper: EventShaper, written: Callable[[], int] = lambda: 0) -> None:
+        self.core = core
+        self.shaper = shaper
+        self.written = written
+        # relation id -> LaneTable, or the Relation whose table the lane leaves to Python (refused until the
+        # decoder holds another version of it)
+        self.tables: dict[int, Any] = {}
+
+    @staticmethod
+    def available(shaper: EventShaper) -> bool:
+        return native is not None and shaper.native and not shaper.debezium
+
+    def take(self, frames: list[bytes], start: int) -> tuple[int, Shaped | None]:
+        """The transactions from ``frames[start]`` (a Begin) on that the lane makes, up to the first it leaves
+        to the Python stages: the index of that frame, and what was made (None: nothing)."""
+        core, shaper = self.core, self.shaper
+        watcher = core.watcher
+        if core.assembler.in_transaction or core.decoder.in_stream or (watcher is not None and watcher.watching):
+            return start, None
+        assert native is not None
+        while True:
+            stop, received, records, xids, changes, last_commit, end_lsn, commit_time, events, ask = (
+                native.plain_transactions(
+                    frames,
+                    start,
+                    core.decoder.relations,
+                    self.tables,
+                    __version__,
+                    shaper.database,
+                    shaper.transaction_headers(),
+                    shaper.tombstones,
+                    self.written(),
+                    shaper.last_commit_lsn,
+                    shaper.clock_us(),
+                    MAX_CHANGES,
+                )
+            )
+            if stop > start or ask is None or not self._add(ask):
+                break
+        if not xids:
+            return start, None
+        core.written(xids, changes, received)
+        shaper.shaped(last_commit, events)
+        return stop, Shaped(records, len(xids), last_commit, end_lsn, commit_time)
+
+    def _add(self, relation_id: int) -> bool:
+        """Settle whether the lane takes the table: True when the lane should try again."""
+        relation = self.core.decoder.relations.get(relation_id)
+        if relation is None:
+            return False  # the decoder names the problem
+        shaper = self.shaper
+        plan = shaper.plans.get(relation)
+        if self.core.rowfilter is not None and not plan.filtered:
+            return False  # the row filter settles its rules for this table at the first change
+        wire = plan.wire or shaper.wire(plan)
+        envelope = wire.encoder.envelope
+        if plan.filter is not None or envelope is None:
+            self.tables[relation_id] = relation
+            return True
+        assert native is not None
+        self.tables[relation_id] = native.LaneTable(
+            relation, envelope, wire.topic, plan.table, wire.key_header, wire.value_header, list(plan.key_positions)
+        )
+        return True
