@@ -15,6 +15,10 @@ the median, as rows/s and µs/row:
 * ``frame→records``     the same frames through ``ReplicationCore.frame`` and ``EventShaper`` (Debezium rules,
                         Avro key and envelope, transaction topic on) to a function that counts the Kafka
                         records: what ``cdcd run`` does per change, minus the socket and the producer
+* ``1-row txns``        as many one-row transactions (Begin, Insert, Commit) to records, handed over 300 frames
+                        at a time as reads return them: through the core and the shaper (``stages``), and,
+                        compiled, through the lane first (``lane``, ``cdcd.replication.lane``); µs/row is
+                        µs per transaction
 
 Each stage runs with the compiled row stage (cdcd._native) and with the Python reference alone (``--impl``).
 
@@ -54,6 +58,7 @@ from cdcd.pgoutput.messages import Change
 from cdcd.plan import Plans
 from cdcd.progress import Progress
 from cdcd.replication.core import ReplicationCore, Write
+from cdcd.replication.lane import Lane, begins
 from cdcd.shaping import EventShaper
 from cdcd.sink.jsonl import JsonLinesSink
 
@@ -118,6 +123,7 @@ class Workload:
     tail: list[bytes]  # Commit, or Stream Stop + Stream Commit
     insert_bytes: int = 0
     frames: list[bytes] = field(default_factory=list)  # head + inserts + tail as XLogData frames
+    small: list[bytes] = field(default_factory=list)  # each insert in a transaction of its own, as XLogData frames
 
     def messages(self) -> list[bytes]:
         return [*self.head, self.relation, *self.inserts, *self.tail]
@@ -169,7 +175,19 @@ def build_workload(label: str, spec: list[ColumnSpec], rows: int, relation_id: i
     workload.frames = [
         _XLOG.pack(b"w", workload.lsn(i), workload.lsn(i), PG_TS) + m for i, m in enumerate(workload.messages())
     ]
+    workload.small = [] if streamed else _one_row_transactions(relation, inserts)
     return workload
+
+
+def _one_row_transactions(relation: bytes, inserts: list[bytes]) -> list[bytes]:
+    frames, lsn = [], BASE_LSN
+    for i, insert in enumerate(inserts):
+        end = lsn + 200
+        messages = [b"B" + _u64(end - 40) + _i64(PG_TS) + _u32(1000 + i), *([relation] if i == 0 else []), insert]
+        messages.append(b"C" + _u8(0) + _u64(end - 40) + _u64(end) + _i64(PG_TS))
+        frames += [_XLOG.pack(b"w", lsn + j * 8, lsn + j * 8, PG_TS) + m for j, m in enumerate(messages)]
+        lsn = end + 8
+    return frames
 
 
 class Failure(RuntimeError):
@@ -364,6 +382,39 @@ class Stages:
 
         return self.result(f"frame→records ({limit / 2**20:g} MiB limit)", timed(self.repeat, run))
 
+    def one_row_transactions(self, limit: int) -> list[Result]:
+        """One-row transactions to records, 300 frames per read: through the stages, and through the lane."""
+        count = [0]
+
+        def emit(topic: str, key: bytes | None, value: bytes | None, headers: object) -> None:
+            count[0] += 1
+
+        def run(lane: bool) -> None:
+            count[0] = 0
+            shaper = EventShaper("bench", NullRegistry(), native=self.native)
+            shaper.start_session("bench", {}, Plans())
+            core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Progress())
+            through = Lane(core, shaper) if lane else None
+            frames = self.workload.small
+            for start in range(0, len(frames), 300):
+                read, index = frames[start : start + 300], 0
+                while index < len(read):
+                    if through is not None and begins(read[index]):
+                        index, shaped = through.take(read, index)
+                        if shaped is not None:
+                            count[0] += len(shaped.records)
+                            continue
+                    event = core.frame(read[index])
+                    index += 1
+                    if isinstance(event, Write):
+                        shaper.transaction(event.transaction, event.changes, emit)
+            _expect("Kafka records (BEGIN, row, END per transaction)", count[0], 3 * self.workload.rows)
+
+        results = [self.result("1-row txns frame→records (stages)", timed(self.repeat, lambda: run(False)))]
+        if self.native and Lane.available(EventShaper("bench", NullRegistry())):
+            results.append(self.result("1-row txns frame→records (lane)", timed(self.repeat, lambda: run(True))))
+        return results
+
 
 def bench_workload(  # noqa: PLR0917 - the command line's choices
     workload: Workload, repeat: int, spill_limit: int, full_limit: int, spill_dir: Path, native: bool
@@ -378,6 +429,7 @@ def bench_workload(  # noqa: PLR0917 - the command line's choices
             stages.sink(),
             stages.full_path(full_limit),
             stages.records(full_limit),
+            *([] if workload.streamed else stages.one_row_transactions(full_limit)),
         ]
 
 
