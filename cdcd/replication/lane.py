@@ -23,7 +23,9 @@ from cdcd.native import native
 from cdcd.replication.core import ReplicationCore
 from cdcd.shaping import EventShaper
 
-MAX_CHANGES = 256  # larger transactions take the Python stages (which shape them in compiled runs)
+# Larger transactions take the Python stages (which shape them in compiled runs). A transaction the lane takes is
+# whole in one read's frames, which the socket buffer bounds, so this is a guard more than a memory limit.
+MAX_CHANGES = 10_000
 _BEGIN = ord("B")
 _PAYLOAD = 25  # XLogData header: 'w', data start, WAL end, send time
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import cdcd.replication.lane as lane_module
 from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Shaped
 from cdcd.filters import FilterPlan, RowFilter
@@ -276,3 +277,10 @@ def test_broken_frames_give_the_same_records_and_the_same_error(tmp_path: Path, 
     rng = random.Random(seed)
     for attempt in range(10):
         compare(tmp_path / str(attempt), mutated(rng, frames))
+
+
+def test_transactions_over_the_limit_are_left_to_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lane_module, "MAX_CHANGES", 2)
+    frames, count = small_transactions(11, 200)
+    laned = compare(tmp_path, frames).laned
+    assert count // 3 < laned < count  # one, two or three changes: most; eight: never
