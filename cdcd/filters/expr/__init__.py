@@ -63,9 +63,27 @@ and literal input), ``casts``, ``arith`` (numbers, dates, timestamps) and ``stri
 ``types`` is the type model and value representation, ``errors`` the two exceptions.
 """
 
-from cdcd.filters.expr.compile import Predicate, compile_filter
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 from cdcd.filters.expr.errors import FilterError, Unevaluable
-from cdcd.filters.expr.parse import ParsedFilter, parse_filter
-from cdcd.filters.expr.types import ColumnType
+from cdcd.filters.expr.types import ColumnType, ParsedFilter, Predicate
+
+
+# pglast (PostgreSQL's parser, ~0.1 s to import) is loaded by the first filter: most configurations have none.
+def parse_filter(text: str) -> ParsedFilter:
+    """Check ``text`` (syntax and the restrictions that need no column types). Raises FilterError."""
+    from cdcd.filters.expr.parse import parse_filter as parse  # noqa: PLC0415 - see above
+
+    return parse(text)
+
+
+def compile_filter(parsed: ParsedFilter, columns: Sequence[ColumnType]) -> Predicate:
+    """``parsed`` compiled for a table's columns (see the module's description). Raises FilterError."""
+    from cdcd.filters.expr.compile import compile_filter as compile_  # noqa: PLC0415 - see parse_filter
+
+    return compile_(parsed, columns)
+
 
 __all__ = ["ColumnType", "FilterError", "ParsedFilter", "Predicate", "Unevaluable", "compile_filter", "parse_filter"]

@@ -30,7 +30,6 @@ from cdcd.filters.expr.errors import Unevaluable
 from cdcd.filters.expr.parse import (
     BETWEENS,
     COMPARISONS,
-    ParsedFilter,
     as_tuple,
     cast_type,
     func_name,
@@ -68,13 +67,13 @@ from cdcd.filters.expr.types import (
     TEXT,
     UNKNOWN,
     ColumnType,
+    ParsedFilter,
+    Predicate,
     T,
     column_type,
 )
 from cdcd.filters.expr.values import column_reader
 from cdcd.pgoutput.messages import Row
-
-Predicate = Callable[[Row], bool | None]
 
 
 def compile_filter(parsed: ParsedFilter, columns: Sequence[ColumnType]) -> Predicate:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from pglast import ast, enums, parse_sql
@@ -16,24 +15,7 @@ from pglast.parser import ParseError, scan
 from pglast.stream import RawStream
 
 from cdcd.filters.expr.errors import FilterError
-from cdcd.filters.expr.types import TYPE_OIDS, T
-
-
-@dataclass(frozen=True)
-class ParsedFilter:
-    """A filter that passed the checks needing no column types.
-
-    ``ordered_text_columns`` names the columns whose value reaches, through text-preserving expressions
-    (columns, COALESCE, ||, casts to text, lower(), substr(), ...), an ordering comparison (<, <=, >, >=,
-    BETWEEN, GREATEST, LEAST) or a case mapping (lower, upper, ILIKE) without an explicit COLLATE: their
-    result depends on the column's collation, which cdcd evaluates as "C". It is computed without column
-    types, so it may name columns that are not text at all (their collation is irrelevant).
-    """
-
-    text: str
-    sql: str
-    columns: frozenset[str]
-    ordered_text_columns: frozenset[str]
+from cdcd.filters.expr.types import TYPE_OIDS, ParsedFilter, T
 
 
 def parse_filter(text: str) -> ParsedFilter:

@@ -10,9 +10,11 @@ bool bool; date int days since 1970-01-01; time int µs; timestamp/timestamptz i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from cdcd.pgoutput.messages import Row
 from cdcd.pgtypes import codec, numeric_typmod
 
 
@@ -107,3 +109,23 @@ def column_type(column: ColumnType) -> T:
     if name in ("bpchar", "varchar") and mod >= 4:
         return T(name, (mod - 4,))
     return T(name)
+
+
+@dataclass(frozen=True)
+class ParsedFilter:
+    """A filter that passed the checks needing no column types.
+
+    ``ordered_text_columns`` names the columns whose value reaches, through text-preserving expressions
+    (columns, COALESCE, ||, casts to text, lower(), substr(), ...), an ordering comparison (<, <=, >, >=,
+    BETWEEN, GREATEST, LEAST) or a case mapping (lower, upper, ILIKE) without an explicit COLLATE: their
+    result depends on the column's collation, which cdcd evaluates as "C". It is computed without column
+    types, so it may name columns that are not text at all (their collation is irrelevant).
+    """
+
+    text: str
+    sql: str
+    columns: frozenset[str]
+    ordered_text_columns: frozenset[str]
+
+
+Predicate = Callable[[Row], bool | None]  # a compiled filter: True, False or None (SQL NULL)
