@@ -37,6 +37,7 @@ from cdcd.source.protocol import (
 
 _W, _K = ord("w"), ord("k")
 _CONTROL = (WATERMARK_PREFIX, REQUEST_PREFIX)  # cdcd's own logical decoding messages, never published
+CAUGHT_UP_STATUS_S = 0.05  # the least time between two status updates sent because the sink caught up
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,7 @@ class ReplicationCore:
         # transactions just written, for the snapshot chunks' visibility check
         self.recent_xids: deque[int] = deque(maxlen=4096) if recent_xids is None else recent_xids
         self.next_status = 0.0  # when a status update is due (monotonic seconds)
+        self._flush_sent, self._sent_at = 0, -CAUGHT_UP_STATUS_S  # the last update's flush position and time
 
     def frame(self, frame: bytes) -> Event | None:
         kind = frame[0]
@@ -125,13 +127,25 @@ class ReplicationCore:
         raise DecodeError("CopyData", 0, f"unknown replication frame type {chr(kind)!r}")
 
     def status_due(self, now: float) -> bool:
-        return now >= self.next_status
+        """Every ``status_interval_s``; and as soon as the sink has finished everything it was handed, if that moved
+        the flush position (caught up: the server may free the WAL now, and the slot shows no lag), as
+        PostgreSQL's own subscriber reports a moved position at once; then at most every ``CAUGHT_UP_STATUS_S``."""
+        if now >= self.next_status:
+            return True
+        progress = self.progress
+        return (
+            progress.flushed_lsn > self._flush_sent
+            and not progress.pending
+            and not self.assembler.in_transaction
+            and now >= self._sent_at + CAUGHT_UP_STATUS_S
+        )
 
     def status_update(self, now: float, now_pg_us: int) -> bytes:
         """The standby status update to send now: received up to ``received_lsn``, flushed (confirmed) up to what
         the sink finished."""
         self.next_status = now + self.status_interval_s
         progress = self.progress
+        self._flush_sent, self._sent_at = progress.flushed_lsn, now
         return standby_status_update(progress.received_lsn, progress.flushed_lsn, progress.flushed_lsn, now_pg_us)
 
     def reset(self) -> None:

@@ -10,6 +10,7 @@ keys, envelopes, tombstones, key changes, transaction metadata) is ``cdcd.shapin
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -38,6 +39,7 @@ Acked = Callable[[KafkaError | None, Message], None]
 # librdkafka errors that mean the configuration is wrong (credentials, certificates), not that Kafka is away.
 _FATAL_CLIENT_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
 WAITING_LOG_S = 30.0  # how often a wait for Kafka or the schema registry is logged
+ACK_POLL_S = 0.01  # how often acknowledgements are served while the loop has nothing to read
 _REGISTRY_RETRY_PAUSE_S = 1.0
 
 
@@ -103,6 +105,12 @@ class KafkaSink(AtLeastOnce):
 
     def in_flight(self) -> int:
         return len(self.producer)
+
+    def wake_in(self) -> float:
+        """While messages are in flight, soon: their acknowledgements finish transactions (the flush position, the
+        commit-to-acknowledgement latency), and the loop would otherwise wait in its read for up to a second
+        before serving them."""
+        return ACK_POLL_S if self.in_flight() else math.inf
 
     def ready(self) -> bool:
         """No delivery failed, and Kafka acknowledged something within 30 s whenever messages are waiting."""

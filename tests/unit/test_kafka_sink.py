@@ -3,6 +3,7 @@ registration does when the registry refuses or is away, and how the lane's shape
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -138,8 +139,10 @@ def test_shaped_records_are_produced_in_order_and_confirmed_once_all_are_acknowl
     sink.write_shaped(batch, progress)
     assert queue.delivered + [q[:3] for q in queue.queued] == batch.records
     assert progress.flushed_lsn == 0  # the last records are still queued
+    assert sink.wake_in() == sink_kafka.ACK_POLL_S  # the loop comes back soon to serve their acknowledgements
     queue.poll()
     assert progress.flushed_lsn == 0x5000
+    assert sink.wake_in() == math.inf
     assert sink.produced == 20
 
 

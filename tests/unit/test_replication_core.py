@@ -29,6 +29,7 @@ from cdcd.pgoutput.messages import (
 )
 from cdcd.progress import Progress
 from cdcd.replication.core import (
+    CAUGHT_UP_STATUS_S,
     STATUS_REQUESTED,
     Event,
     Publish,
@@ -258,3 +259,29 @@ def test_unknown_frames_and_bad_messages_are_decode_errors_with_their_position(t
     with pytest.raises(DecodeError) as raised:
         core.frame(xlogdata(0x4242, b"I\x00"))
     assert raised.value.wal_lsn == 0x4242
+
+
+def test_a_status_update_is_due_at_the_interval_and_once_the_sink_caught_up(tmp_path: Path) -> None:
+    """Every ``status_interval_s``; sooner only when the sink has finished all it was handed and that moved the
+    flush position (then not more often than CAUGHT_UP_STATUS_S): a caught-up slot shows no lag."""
+    progress = Progress()
+    core = core_for(tmp_path, progress=progress, status_interval_s=10.0)
+    core.status_update(100.0, 0)
+    assert not core.status_due(100.5)  # nothing moved
+    assert core.status_due(110.0)
+    first = progress.open(0x100)
+    first.outstanding = 1
+    progress.seal(first)
+    second = progress.open(0x200)
+    progress.seal(second)
+    assert progress.flushed_lsn == 0
+    assert not core.status_due(100.5)  # the sink still works on it
+    progress.ack(first)
+    assert progress.flushed_lsn == 0x200
+    assert core.status_due(100.5)
+    assert not core.status_due(100.0 + CAUGHT_UP_STATUS_S / 2)  # too soon after the last update
+    assert _STATUS.unpack(core.status_update(100.5, 0))[2] == 0x200
+    assert not core.status_due(100.6)  # reported already
+    core.frame(xlogdata(0x300, encode(Begin(0x400, 0, 9))))
+    progress.idle(0x500, core.assembler.in_transaction)  # a keepalive while a transaction is open: not confirmable
+    assert not core.status_due(101.0)
