@@ -149,7 +149,9 @@ class SourceSettings(_Section):
     )
     messages: bool = Field(True, description="receive logical decoding messages (pg_logical_emit_message)")
     binary: bool = Field(False, description="ask pgoutput for values in binary format")
-    status_interval_s: float = Field(10.0, gt=0, description="how often to confirm the flushed position to the server")
+    status_interval_s: float = Field(
+        10.0, gt=0, description="how often to confirm the flushed position to the server (also once caught up)"
+    )
     reconnect: ReconnectSettings = Field(
         default_factory=ReconnectSettings, description="retries after the source connection is lost"
     )
