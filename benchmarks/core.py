@@ -51,14 +51,14 @@ from typing import BinaryIO
 
 import cdcd.native
 from cdcd.assembly import Assembler, BufferPool
-from cdcd.batches import Transaction
+from cdcd.batches import Shaped, Transaction
 from cdcd.config import parse_size
 from cdcd.pgoutput import Decoder
 from cdcd.pgoutput.messages import Change
 from cdcd.plan import Plans
 from cdcd.progress import Progress
-from cdcd.replication.core import ReplicationCore, Write
-from cdcd.replication.lane import Lane, begins
+from cdcd.replication.core import Event, ReplicationCore, Write
+from cdcd.replication.lane import Lane, carry_out
 from cdcd.shaping import EventShaper
 from cdcd.sink.jsonl import JsonLinesSink
 
@@ -394,20 +394,25 @@ class Stages:
             shaper = EventShaper("bench", NullRegistry(), native=self.native)
             shaper.start_session("bench", {}, Plans())
             core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Progress())
-            through = Lane(core, shaper) if lane else None
-            frames = self.workload.small
+
+            def act(event: Event) -> bool:
+                if isinstance(event, Write):
+                    shaper.transaction(event.transaction, event.changes, emit)
+                return False
+
+            def write(shaped: Shaped) -> None:
+                count[0] += len(shaped.records)
+
+            frames, taking = self.workload.small, Lane(core, shaper) if lane else None
             for start in range(0, len(frames), 300):
-                read, index = frames[start : start + 300], 0
-                while index < len(read):
-                    if through is not None and begins(read[index]):
-                        index, shaped = through.take(read, index)
-                        if shaped is not None:
-                            count[0] += len(shaped.records)
-                            continue
-                    event = core.frame(read[index])
-                    index += 1
-                    if isinstance(event, Write):
-                        shaper.transaction(event.transaction, event.changes, emit)
+                read = frames[start : start + 300]
+                if taking is not None:
+                    carry_out(read, core, taking, write, act)
+                else:
+                    for data in read:
+                        event = core.frame(data)
+                        if event is not None:
+                            act(event)
             _expect("Kafka records (BEGIN, row, END per transaction)", count[0], 3 * self.workload.rows)
 
         results = [self.result("1-row txns frame→records (stages)", timed(self.repeat, lambda: run(False)))]

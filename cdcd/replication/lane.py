@@ -20,7 +20,7 @@ from typing import Any
 from cdcd import __version__
 from cdcd.batches import Shaped
 from cdcd.native import native
-from cdcd.replication.core import ReplicationCore
+from cdcd.replication.core import Event, ReplicationCore
 from cdcd.shaping import EventShaper
 
 # Larger transactions take the Python stages (which shape them in compiled runs). A transaction the lane takes is
@@ -103,3 +103,29 @@ class Lane:
             relation, envelope, wire.topic, plan.table, wire.key_header, wire.value_header, list(plan.key_positions)
         )
         return True
+
+
+def carry_out(
+    frames: list[bytes],
+    core: ReplicationCore,
+    lane: Lane,
+    write: Callable[[Shaped], None],
+    act: Callable[[Event], bool],
+) -> bool:
+    """A read's frames carried out: from each Begin, what the lane takes goes to ``write``; every other frame
+    goes through ``core.frame`` and its event to ``act``. True when ``act`` said the server asked for a status
+    update."""
+    frame, reply, index = core.frame, False, 0
+    while index < len(frames):
+        data = frames[index]
+        if begins(data):
+            index, shaped = lane.take(frames, index)
+            if shaped is not None:
+                write(shaped)
+                continue
+            data = frames[index]
+        event = frame(data)
+        index += 1
+        if event is not None:
+            reply = act(event) or reply
+    return reply

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from cdcd.assembly import Assembler, BufferPool
+from cdcd.batches import Shaped
 from cdcd.config import Settings
 from cdcd.filters import FilterPlan, FilterStats, RowFilter
 from cdcd.lsn import format_lsn, pg_now_us
@@ -29,7 +30,7 @@ from cdcd.pgoutput import Decoder
 from cdcd.plan import Plans
 from cdcd.progress import Progress
 from cdcd.replication.core import Event, Publish, ReplicationCore, SnapshotRequest, Stats, Watermark, Write
-from cdcd.replication.lane import Lane, begins
+from cdcd.replication.lane import Lane, carry_out
 from cdcd.replication.start import check_timeline, committed_snapshot, resumable, slot_request
 from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind
 from cdcd.snapshot.meter import SnapshotMeters
@@ -277,7 +278,7 @@ class ReplicationLoop:
             frames = walsender.read(timeout=max(0.0, wait))
             reply = False
             if lane is not None:
-                reply = self._through_lane(frames, core, lane)
+                reply = carry_out(frames, core, lane, self._write_shaped, act)
             else:
                 for data in frames:
                     event = frame(data)
@@ -300,26 +301,11 @@ class ReplicationLoop:
             return Lane(core, sink.shaper, sink.already_written)
         return None
 
-    def _through_lane(self, frames: list[bytes], core: ReplicationCore, lane: Lane) -> bool:
-        """Carry out the frames, whole plain transactions through the lane, the rest one by one through the core;
-        True when the server asked for a status update."""
+    def _write_shaped(self, shaped: Shaped) -> None:
         sink = self.sink
         assert isinstance(sink, ShapingSink)
-        frame, act, reply, index = core.frame, self._act, False, 0
-        while index < len(frames):
-            data = frames[index]
-            if begins(data):
-                index, shaped = lane.take(frames, index)
-                if shaped is not None:
-                    sink.write_shaped(shaped, self.progress)
-                    self.published_lsn = shaped.end_lsn
-                    continue
-                data = frames[index]
-            event = frame(data)
-            index += 1
-            if event is not None:
-                reply = act(event) or reply
-        return reply
+        sink.write_shaped(shaped, self.progress)
+        self.published_lsn = shaped.end_lsn
 
     def _act(self, event: Event) -> bool:
         """Carry out one of the core's events; True when the server asked for a status update."""

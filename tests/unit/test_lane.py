@@ -21,8 +21,8 @@ from cdcd.pgoutput import Decoder
 from cdcd.pgoutput.messages import Begin, Column, Commit, Op, Relation, Row, RowChange
 from cdcd.plan import Plans
 from cdcd.progress import Progress
-from cdcd.replication.core import ReplicationCore, Write
-from cdcd.replication.lane import MAX_CHANGES, Lane, begins
+from cdcd.replication.core import Event, ReplicationCore, Write
+from cdcd.replication.lane import MAX_CHANGES, Lane, carry_out
 from cdcd.shaping import EventShaper
 from tests.capture_pgoutput import FixtureMessage, fixture_paths, load_fixture
 from tests.pgoutput_encoder import encode
@@ -62,27 +62,31 @@ def stages(tmp_path: Path, parallel: bool, rowfilter: RowFilter | None = None) -
 
 
 def through(core: ReplicationCore, shaper: EventShaper, frames: list[bytes], lane: Lane | None) -> Outcome:
-    """The loop's work without I/O: each frame through the core (or the lane), records collected."""
+    """The loop's work without I/O: the frames through the lane and the core (``carry_out``, as the loop does)
+    or through the core alone; records collected."""
     out = Outcome()
 
     def emit(topic: str, key: bytes | None, value: bytes | None, headers: object) -> None:
         assert headers is None or topic.endswith(".items") or topic.endswith(".t"), headers
         out.records.append((topic, key, value))
 
-    index = 0
+    def act(event: Event) -> bool:
+        if isinstance(event, Write):
+            shaper.transaction(event.transaction, event.changes, emit)
+        return False
+
+    def write(shaped: Shaped) -> None:
+        out.records.extend(shaped.records)
+        out.laned += shaped.transactions
+
     try:
-        while index < len(frames):
-            if lane is not None and begins(frames[index]):
-                index, shaped = lane.take(frames, index)
-                if shaped is not None:
-                    assert isinstance(shaped, Shaped)
-                    out.records += shaped.records
-                    out.laned += shaped.transactions
-                    continue
-            event = core.frame(frames[index])
-            index += 1
-            if isinstance(event, Write):
-                shaper.transaction(event.transaction, event.changes, emit)
+        if lane is None:
+            for frame in frames:
+                event = core.frame(frame)
+                if event is not None:
+                    act(event)
+        else:
+            carry_out(frames, core, lane, write, act)
     except Exception as exc:  # compared between both runs
         out.error = f"{type(exc).__name__}: {exc}"
     return out
