@@ -26,6 +26,7 @@ from cdcd.shaping import EventShaper
 # Larger transactions take the Python stages (which shape them in compiled runs). A transaction the lane takes is
 # whole in one read's frames, which the socket buffer bounds, so this is a guard more than a memory limit.
 MAX_CHANGES = 10_000
+BATCH_RECORDS = 4_096  # records made per call, at most (plus one transaction's): produced before the next call
 _BEGIN = ord("B")
 _PAYLOAD = 25  # XLogData header: 'w', data start, WAL end, send time
 
@@ -74,6 +75,7 @@ class Lane:
                     shaper.last_commit_lsn,
                     shaper.clock_us(),
                     MAX_CHANGES,
+                    BATCH_RECORDS,
                 )
             )
             if stop > start or ask is None or not self._add(ask):

@@ -110,10 +110,11 @@ struct Shaping<'a, 'py> {
 /// ``tables``: relation id -> `LaneTable`, or None for a table the lane leaves to Python; ``relations``: the
 /// decoder's Relations; ``transaction_topic``: (topic, key header, value header) for BEGIN and END events,
 /// or None; ``after``: transactions committed at or below it are left to Python; a transaction of more than
-/// ``max_changes`` changes too.
+/// ``max_changes`` changes too. Once it has made ``max_records`` records it stops at the next Begin (the caller
+/// produces them and calls again): what one call holds is bounded.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (frames, start, relations, tables, version, db, transaction_topic, tombstones, after, last_commit_lsn, now_us, max_changes))]
+#[pyo3(signature = (frames, start, relations, tables, version, db, transaction_topic, tombstones, after, last_commit_lsn, now_us, max_changes, max_records))]
 pub fn plain_transactions<'py>(
     py: Python<'py>,
     frames: &Bound<'py, PyList>,
@@ -128,6 +129,7 @@ pub fn plain_transactions<'py>(
     mut last_commit_lsn: Option<i64>,
     now_us: i64,
     max_changes: usize,
+    max_records: usize,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let shaping = Shaping {
         transaction_topic: transaction_topic.as_ref(),
@@ -140,7 +142,7 @@ pub fn plain_transactions<'py>(
     let (mut received, mut changes, mut end_lsn, mut first_commit_time) = (0u64, 0usize, 0i64, 0i64);
     let mut index = start;
     let mut ask = None;
-    while index < frames.len() {
+    while index < frames.len() && records.len() < max_records {
         let (next, txn, commit, xid, seen) = match transaction(frames, index, relations, tables, max_changes)? {
             Outcome::Done(next, txn, commit, xid, seen) => (next, txn, commit, xid, seen),
             Outcome::Stop => break,

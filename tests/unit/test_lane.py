@@ -288,3 +288,21 @@ def test_transactions_over_the_limit_are_left_to_python(tmp_path: Path, monkeypa
     frames, count = small_transactions(11, 200)
     laned = compare(tmp_path, frames).laned
     assert count // 3 < laned < count  # one, two or three changes: most; eight: never
+
+
+def test_a_call_stops_after_its_share_of_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BATCH_RECORDS bounds what one call holds; the next call goes on at the next Begin, and nothing differs."""
+    monkeypatch.setattr(lane_module, "BATCH_RECORDS", 5)
+    calls = []
+    take = Lane.take
+
+    def counted(self: Lane, frames: list[bytes], start: int) -> tuple[int, Shaped | None]:
+        stop, shaped = take(self, frames, start)
+        calls.append(0 if shaped is None else len(shaped.records))
+        return stop, shaped
+
+    monkeypatch.setattr(Lane, "take", counted)
+    frames, count = small_transactions(5, 100)
+    assert compare(tmp_path, frames).laned > count // 2
+    assert max(calls) < 5 + 8 * 2 + 2  # one transaction past the share at most: 8 changes, tombstones, BEGIN, END
+    assert sum(calls) > 100
