@@ -48,7 +48,8 @@ Their expected message counts are PostgreSQL's own (``SELECT count(*), count(DIS
 unevaluated (else exit 1). Their rows/s are the workload's rows, published or not, per second; the summary
 adds the ratio filter variant rows/s / tx rows/s per workload (best round, and of the medians).
 
-Reported: seconds, rows/s, the ratio cdcd rows/s / pg_recvlogical rows/s (target >= 0.8), peak RSS (VmHWM
+Reported: seconds, rows/s, the ratio cdcd rows/s / pg_recvlogical rows/s (target >= 0.8; and, beside it, the
+same without either consumer's start-up: the streaming pace), cdcd's CPU per row, peak RSS (VmHWM
 sampled from /proc every 20 ms while the consumer runs, and for cdcd just before SIGTERM: wait4's ru_maxrss
 would include this script's own RSS, which Linux carries over fork and exec), the consumers' CPU (wait4), the
 walsender's and the Kafka broker's CPU during the run (sampled from /proc; the broker is the local process
@@ -629,14 +630,24 @@ def _summary(workload: Workload, results: list[Result], variants: list[str]) -> 
         mine = [r.run for r in timed if r.label == f"cdcd {variant}"]
         if not mine:
             continue
-        best, median = min(r.seconds for r in mine), statistics.median(r.seconds for r in mine)
+        fastest = min(mine, key=lambda r: r.seconds)
+        best, median = fastest.seconds, statistics.median(r.seconds for r in mine)
         ratio = recv_best / best
         verdict = "met" if ratio >= TARGET_RATIO else "NOT met"
         lines.append(
             f"{workload.name:<6} {variant:<{width}} {rows / best:>11,.0f} {rows / recv_best:>15,.0f} {ratio:>6.2f} "
-            f"{recv_median / median:>7.2f} {_mib(max(r.peak_rss_kib for r in mine)):>9} {_mib(recv_rss):>9}  {verdict}"
+            f"{recv_median / median:>7.2f} {_streaming_ratio(fastest, min(recv, key=lambda r: r.seconds)):>9} "
+            f"{fastest.cpu_s / rows * 1e6:>10.1f} {_mib(max(r.peak_rss_kib for r in mine)):>9} {_mib(recv_rss):>9}  "
+            f"{verdict}"
         )
     return lines
+
+
+def _streaming_ratio(cdcd: Run, recv: Run) -> str:
+    """The ratio without either consumer's start-up (launch until its slot was active): the streaming pace."""
+    if cdcd.startup_s is None or recv.startup_s is None:
+        return "-"
+    return f"{(recv.seconds - recv.startup_s) / (cdcd.seconds - cdcd.startup_s):.2f}"
 
 
 def _filter_summary(workload: Workload, results: list[Result], variants: list[str]) -> list[str]:
@@ -742,9 +753,13 @@ def _print_summary(summary: list[str], filter_summary: list[str], variants: list
         "messages: in Kafka under the run's topic prefix when the end was confirmed"
     )
     print()
+    print(
+        "streaming: the best rounds' ratio without either's start-up; CPU µs/row: cdcd's CPU time (all its threads) "
+        "per row, best round"
+    )
     head = (
         f"{'workload':<6} {'cdcd':<{_width(variants)}} {'cdcd rows/s':>11} {'pg_recv rows/s':>15} {'ratio':>6} "
-        f"{'(median)':>7} {'cdcd RSS':>9} {'recv RSS':>9}  target >= {TARGET_RATIO}"
+        f"{'(median)':>7} {'streaming':>9} {'CPU µs/row':>10} {'cdcd RSS':>9} {'recv RSS':>9}  target >= {TARGET_RATIO}"
     )
     print(head)
     print("-" * len(head))
