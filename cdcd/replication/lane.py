@@ -125,7 +125,6 @@ def carry_out(
             if shaped is not None:
                 write(shaped)
                 continue
-            data = frames[index]
         event = frame(data)
         index += 1
         if event is not None:

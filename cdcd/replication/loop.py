@@ -272,13 +272,13 @@ class ReplicationLoop:
     def _stream(self, walsender: Walsender, core: ReplicationCore) -> None:
         core.next_status = time.monotonic() + core.status_interval_s
         frame, act, sink = core.frame, self._act, self.sink
-        lane = self._lane(core)
+        laned = self._laned(core)
         while not self.stop.is_set():
             wait = min(1.0, core.next_status - time.monotonic(), sink.wake_in())
             frames = walsender.read(timeout=max(0.0, wait))
             reply = False
-            if lane is not None:
-                reply = carry_out(frames, core, lane, self._write_shaped, act)
+            if laned is not None:
+                reply = carry_out(frames, core, *laned, act)
             else:
                 for data in frames:
                     event = frame(data)
@@ -295,15 +295,14 @@ class ReplicationLoop:
                 self._status_if_due(walsender, core)
         self.state.phase = "stopping"
 
-    def _lane(self, core: ReplicationCore) -> Lane | None:
+    def _laned(self, core: ReplicationCore) -> tuple[Lane, Callable[[Shaped], None]] | None:
+        """The compiled lane (``replication/lane.py``) and what writes what it made, when the sink can take that."""
         sink = self.sink
         if isinstance(sink, ShapingSink) and Lane.available(sink.shaper):
-            return Lane(core, sink.shaper, sink.already_written)
+            return Lane(core, sink.shaper, sink.already_written), partial(self._write_shaped, sink)
         return None
 
-    def _write_shaped(self, shaped: Shaped) -> None:
-        sink = self.sink
-        assert isinstance(sink, ShapingSink)
+    def _write_shaped(self, sink: ShapingSink, shaped: Shaped) -> None:
         sink.write_shaped(shaped, self.progress)
         self.published_lsn = shaped.end_lsn
 
