@@ -237,6 +237,7 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
         "stopped",
         flushed_lsn=format_lsn(loop.progress.flushed_lsn),
         transactions=stats.transactions,
+        laned=stats.laned,
         changes=stats.changes,
         reconnects=stats.reconnects,
         filtered=filters.filtered.total(),

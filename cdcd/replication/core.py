@@ -82,6 +82,7 @@ class ChangeWatcher(Protocol):
 class Stats:
     transactions: int = 0
     changes: int = 0
+    laned: int = 0  # of the transactions, those the compiled lane took (replication/lane.py)
     reconnects: int = 0
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (plain|streamed, commit|abort)
 
@@ -200,6 +201,7 @@ class ReplicationCore:
         stats = self.stats
         stats.outcomes["plain", "commit"] += len(xids)
         stats.transactions += len(xids)
+        stats.laned += len(xids)
         stats.changes += changes
         self.recent_xids.extend(xids)
 

@@ -132,6 +132,13 @@ class Run:
             time.sleep(0.05)
         raise AssertionError(f"no 'connected' line:\n{self.log.read_text()[-3000:]}")
 
+    def logged(self, event: str) -> dict[str, Any]:
+        """The last log line of ``event`` (JSON logs)."""
+        found: list[dict[str, Any]] = [json.loads(x) for x in self.log.read_text().splitlines() if x.startswith("{")]
+        matching = [line for line in found if line.get("event") == event]
+        assert matching, f"no {event!r} line:\n{self.log.read_text()[-3000:]}"
+        return matching[-1]
+
     def metrics_url(self, timeout: float = 30) -> str:
         """http://127.0.0.1:<port> of the daemon's metrics endpoint (it picks a free port and logs it)."""
         deadline = time.monotonic() + timeout

@@ -110,6 +110,7 @@ def compare(tmp_path: Path, frames: list[bytes], parallel: bool = False, filtere
     assert list(lcore.recent_xids) == list(pcore.recent_xids)
     assert (lcore.stats.transactions, lcore.stats.changes) == (pcore.stats.transactions, pcore.stats.changes)
     assert lcore.stats.outcomes == pcore.stats.outcomes
+    assert (lcore.stats.laned, pcore.stats.laned) == (laned.laned, 0)
     return laned
 
 
