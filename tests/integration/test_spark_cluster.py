@@ -28,6 +28,9 @@ env15, spark, run15 = test_spark.env15, test_spark.spark, test_spark.run15
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 LOOPBACK = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}  # executors connect to it
+# The job's JVMs (each driver, its executor) compile with C1 only: their micro-batch or two is all warm-up, which
+# C2's compiling slows. Nothing the test checks depends on it.
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +52,8 @@ def submit(run: Run, tmp_path: Path, log: Path, *job_args: str) -> subprocess.Po
     spark_args += ["--jars", ",".join(map(str, jars)), "--py-files", str(package), "--driver-memory", "1g"]
     spark_args += ["--executor-memory", "1g", "--total-executor-cores", "2", "--conf", "spark.ui.enabled=false"]
     spark_args += ["--conf", "spark.sql.shuffle.partitions=2"]
+    for side in ("driver", "executor"):
+        spark_args += ["--conf", f"spark.{side}.extraJavaOptions={QUICK_JIT}"]
     job = ["--topic-prefix", run.prefix, "--bootstrap-servers", run.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]]
     job += ["--registry-url", run.env["CDCD_SCHEMA_REGISTRY__URL"], "--key", "public.audit=id"]
     job += ["--checkpoint", str(tmp_path / "checkpoint"), "--mirror", str(tmp_path / "mirror"), *job_args]
