@@ -107,7 +107,7 @@ struct Shaping<'a, 'py> {
 /// records ``(topic, key, value)`` in order; the transactions' xids and their number of changes; the last
 /// one's commit and end LSN and the first one's commit time (PostgreSQL µs; 0 when none was done); events
 /// made as ``(table, op, count)``; and the relation id the lane stopped for want of a table (or None).
-/// ``tables``: relation id -> `LaneTable`, or None for a table the lane leaves to Python; ``relations``: the
+/// ``tables``: relation id -> `LaneTable`, or the Relation of a table the lane leaves to Python; ``relations``: the
 /// decoder's Relations; ``transaction_topic``: (topic, key header, value header) for BEGIN and END events,
 /// or None; ``after``: transactions committed at or below it are left to Python; a transaction of more than
 /// ``max_changes`` changes too. Once it has made ``max_records`` records it stops at the next Begin (the caller
@@ -310,15 +310,16 @@ fn transaction<'py>(
                 let Some(table) = tables.get_item(relid)? else {
                     return Ok(Outcome::Ask(relid));
                 };
-                if table.is_none() {
-                    return Ok(Outcome::Stop);
-                }
-                let table = table.cast_into::<LaneTable>()?;
-                match relations.get_item(relid)? {
-                    Some(current) if current.is(table.get().relation.bind(py)) => {}
-                    Some(_) => return Ok(Outcome::Ask(relid)),
-                    None => return Ok(Outcome::Stop),
-                }
+                let Some(current) = relations.get_item(relid)? else {
+                    return Ok(Outcome::Stop); // the decoder names the unknown relation
+                };
+                // A LaneTable, or the Relation whose table the lane leaves to Python; either holds for the
+                // table version it was made for: another one is asked about again.
+                let table = match table.cast::<LaneTable>() {
+                    Ok(made) if current.is(made.get().relation.bind(py)) => made.clone(),
+                    Err(_) if current.is(&table) => return Ok(Outcome::Stop),
+                    _ => return Ok(Outcome::Ask(relid)),
+                };
                 let Some(lsn) = signed(data_start) else {
                     return Ok(Outcome::Stop);
                 };
