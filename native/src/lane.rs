@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::envelope::{differ, transaction_fields, Envelope, Source, SourceArg};
-use crate::tuple::parse;
+use crate::tuple::change_parts;
 
 const XLOGDATA_HEADER: usize = 25; // 'w', data start, WAL end, send time
 const PG_EPOCH_OFFSET_US: i64 = 946_684_800 * 1_000_000;
@@ -336,40 +336,13 @@ fn transaction<'py>(
 
 /// An Insert, Update or Delete outside a streamed block, as `cdcd._native.read_change` reads it.
 fn change<'py>(py: Python<'py>, data: &[u8], table: Bound<'py, LaneTable>, lsn: i64) -> Option<Change<'py>> {
-    let width = table.get().width;
-    let row = |pos: usize| -> Option<(Bound<'py, PyTuple>, usize)> {
-        let mut values = Vec::new();
-        let end = parse(py, data, pos, &mut values)?;
-        (values.len() == width).then(|| PyTuple::new(py, values).ok().map(|t| (t, end)))?
-    };
-    let kind = data[0];
-    let mut pos = 5;
-    let mut part = *data.get(pos)?;
-    let (mut old, mut new, mut old_is_key) = (None, None, false);
-    if kind != b'I' && (part == b'K' || part == b'O') {
-        old_is_key = part == b'K';
-        let (tuple, end) = row(pos + 1)?;
-        old = Some(tuple);
-        pos = end;
-        if kind == b'U' {
-            part = *data.get(pos)?;
-        }
-    }
-    if kind == b'D' {
-        old.as_ref()?;
-    } else if part == b'N' {
-        let (tuple, end) = row(pos + 1)?;
-        new = Some(tuple);
-        pos = end;
-    } else {
-        return None;
-    }
-    let op = match kind {
+    let (old, new, old_is_key) = change_parts(py, data, 5, table.get().width)?;
+    let op = match data[0] {
         b'I' => "c",
         b'U' => "u",
         _ => "d",
     };
-    (pos == data.len()).then_some(Change {
+    Some(Change {
         table,
         op,
         old,

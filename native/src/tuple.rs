@@ -78,7 +78,7 @@ pub fn read_change<'py>(
         Some(b'D') => intern!(py, "delete"),
         _ => return Ok(None),
     };
-    let (xid, relation_id, mut pos) = match (in_stream, data.len()) {
+    let (xid, relation_id, pos) = match (in_stream, data.len()) {
         (true, 10..) => (Some(u32_at(1)), u32_at(5), 9),
         (false, 6..) => (None, u32_at(1), 5),
         _ => return Ok(None),
@@ -87,44 +87,43 @@ pub fn read_change<'py>(
         return Ok(None);
     };
     let width = relation.getattr(intern!(py, "columns"))?.len()?;
-    let kind = data[0];
+    let Some((old, new, old_is_key)) = change_parts(py, data, pos, width) else {
+        return Ok(None);
+    };
+    let args = (op, relation, old, new, old_is_key, xid, wal_lsn, data.len());
+    Ok(Some(row_change.call1(args)?.into_bound()))
+}
+
+/// An Insert's, Update's or Delete's (``data[0]``) tuples from ``pos`` (after the relation id) to the message's
+/// end: (old, new, old is the key), or None when they are not well-formed or not ``width`` columns wide.
+pub(crate) fn change_parts<'py>(py: Python<'py>, data: &[u8], mut pos: usize, width: usize) -> Option<Parts<'py>> {
     let row = |pos: usize| -> Option<(Bound<'py, PyTuple>, usize)> {
         let mut values = Vec::new();
         let end = parse(py, data, pos, &mut values)?;
         (values.len() == width).then(|| PyTuple::new(py, values).ok().map(|t| (t, end)))?
     };
-    let mut part = data[pos];
-    let mut old = None;
-    let mut old_is_key = false;
+    let kind = *data.first()?;
+    let mut part = *data.get(pos)?;
+    let (mut old, mut new, mut old_is_key) = (None, None, false);
     if kind != b'I' && (part == b'K' || part == b'O') {
         old_is_key = part == b'K';
-        let Some((tuple, end)) = row(pos + 1) else {
-            return Ok(None);
-        };
+        let (tuple, end) = row(pos + 1)?;
         old = Some(tuple);
         pos = end;
         if kind == b'U' {
-            let Some(&next) = data.get(pos) else { return Ok(None) };
-            part = next;
+            part = *data.get(pos)?;
         }
     }
-    let mut new = None;
     if kind == b'D' {
-        if old.is_none() {
-            return Ok(None);
-        }
+        old.as_ref()?;
     } else if part == b'N' {
-        let Some((tuple, end)) = row(pos + 1) else {
-            return Ok(None);
-        };
+        let (tuple, end) = row(pos + 1)?;
         new = Some(tuple);
         pos = end;
     } else {
-        return Ok(None);
+        return None;
     }
-    if pos != data.len() {
-        return Ok(None);
-    }
-    let args = (op, relation, old, new, old_is_key, xid, wal_lsn, data.len());
-    Ok(Some(row_change.call1(args)?.into_bound()))
+    (pos == data.len()).then_some((old, new, old_is_key))
 }
+
+pub(crate) type Parts<'py> = (Option<Bound<'py, PyTuple>>, Option<Bound<'py, PyTuple>>, bool);
