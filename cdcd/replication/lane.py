@@ -95,9 +95,12 @@ class Lane:
         plan = shaper.plans.get(relation)
         if self.core.rowfilter is not None and not plan.filtered:
             return False  # the row filter settles its rules for this table at the first change
+        if plan.filter is not None:  # the core filters it (and makes its topic only when a row passes)
+            self.tables[relation_id] = relation
+            return True
         wire = plan.wire or shaper.wire(plan)
         envelope = wire.encoder.envelope
-        if plan.filter is not None or envelope is None:
+        if envelope is None:
             self.tables[relation_id] = relation
             return True
         assert native is not None

@@ -240,6 +240,20 @@ def test_a_filtered_table_is_left_to_python_and_the_others_to_the_lane(tmp_path:
     assert every > count // 2
 
 
+def test_a_table_whose_rows_are_all_filtered_out_gets_no_topic(tmp_path: Path) -> None:
+    """As in the core: a filtered table's topic and schemas are made when a row passes, not when the lane asks."""
+    frames, _ = small_transactions(7, 200)
+    notes = {"name": "public.notes", "where": "id > 1000"}  # no generated row passes
+    publications = [Publication.model_validate({"name": "p", "tables": [{"name": "shop.items"}, notes]})]
+    rowfilter = RowFilter(FilterPlan(publications), "publish", lambda t: [], None, Plans())
+    core, shaper = stages(tmp_path, False, rowfilter)
+    assert through(core, shaper, frames, Lane(core, shaper)).laned > 0
+    registry = shaper.registry
+    assert isinstance(registry, Registry)
+    assert "cdc.public.notes" not in registry.topics
+    assert not [subject for subject, _ in registry.ids if subject.startswith("cdc.public.notes")]
+
+
 def test_already_written_transactions_are_left_to_python(tmp_path: Path) -> None:
     """An exactly-once sink's last commit: transactions at or below it go to the core (the sink skips them)."""
     frames, _ = small_transactions(3, 40)
