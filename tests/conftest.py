@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
 import signal
+from collections.abc import Iterator
 from types import FrameType
 
 import pytest
+
+# A test (setup, call and teardown) still running after this long stops the whole run: every thread's stack is
+# printed and the process exits with status 1. The slowest test takes ~3 minutes on CI; a hang (a Kafka client
+# blocked in C, where no Python timeout reaches) must end the run with its stacks, not run into CI's time limit.
+TEST_LIMIT_S = 600
+STDERR = pytest.StashKey[int]()
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -14,6 +23,17 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """A run stopped with SIGTERM (a CI timeout, ``kill``) ends as after Ctrl-C: the fixtures' teardowns run and
-    stop the daemons the tests started, instead of leaving them streaming from the stack."""
-    del config
+    stop the daemons the tests started, instead of leaving them streaming from the stack. Keeps a copy of the
+    terminal's stderr for the watchdog."""
     signal.signal(signal.SIGTERM, _interrupt)
+    config.stash[STDERR] = os.dup(2)  # the terminal's stderr: during a test, fd 2 is pytest's capture file
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Arms the watchdog for one test (faulthandler's C thread: it fires even while the main thread is blocked)."""
+    faulthandler.dump_traceback_later(TEST_LIMIT_S, exit=True, file=item.config.stash[STDERR])
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()

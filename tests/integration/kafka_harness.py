@@ -52,9 +52,17 @@ class Run:
         self.proc: subprocess.Popen[bytes] | None = None
         registry = SchemaRegistryClient({"url": env["CDCD_SCHEMA_REGISTRY__URL"]})
         self._deserialize = AvroDeserializer(registry)
-        self.consumer = self._new_consumer()
+        self._consumer: Consumer | None = None
         self.events: list[Event] = []
         self.positions: dict[tuple[str, int], int] = {}  # next offset to read, per topic partition
+
+    @property
+    def consumer(self) -> Consumer:
+        """The consumer of the prefix's topics, made on first use: a test that never reads through it leaves no
+        group member behind that was never polled (closing one can block in librdkafka)."""
+        if self._consumer is None:
+            self._consumer = self._new_consumer()
+        return self._consumer
 
     def _new_consumer(self) -> Consumer:
         consumer = Consumer(
@@ -72,8 +80,9 @@ class Run:
 
     def reread(self) -> None:
         """Read every topic again from the start with a new consumer group."""
-        close_bounded(self.consumer)
-        self.consumer = self._new_consumer()
+        if self._consumer is not None:
+            close_bounded(self._consumer)
+        self._consumer = None
         self.events = []
         self.positions = {}
 
@@ -234,7 +243,8 @@ class Run:
         return ends
 
     def close(self) -> None:
-        close_bounded(self.consumer)
+        if self._consumer is not None:
+            close_bounded(self._consumer)
         if self.proc is not None and self.proc.poll() is None:
             self.stop(signal.SIGKILL)
 
