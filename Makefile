@@ -10,7 +10,7 @@ STACK := deploy/local/stack
 PG_VERSIONS ?= 14 15 16 17 18
 PG_FULL ?= 17
 
-.PHONY: demo test lint unit integration stack venv clean avroread
+.PHONY: demo test lint unit unit-native unit-python integration stack venv clean avroread
 
 venv: $(VENV)/.installed
 # `pip install -e` builds cdcd._native (native/, Rust) with maturin and cargo; a change of the Rust rebuilds it.
@@ -55,17 +55,24 @@ integration: venv stack avroread
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" $(BIN)/pytest tests/integration -q
 
 # The whole suite: lint, types, unit tests, integration tests on every PG major in PG_VERSIONS, with the compiled
-# row stage (cdcd._native); then, on the Python reference alone (CDCD_IMPL=python), the unit tests (bar the parity
-# tests and the lane's, which need both) and the integration tests of the row path (Kafka, snapshots, streaming, the Go reader)
-# on PG_FULL.
+# row stage (cdcd._native); on the Python reference alone (CDCD_IMPL=python), the unit tests (bar the parity
+# tests and the lane's, which need both) and the integration tests of the row path (Kafka, snapshots, streaming,
+# the Go reader) on PG_FULL. What needs no stack runs while the stack starts (-O: each part's output in one piece).
 ROW_PATH_TESTS := tests/integration/test_kafka.py tests/integration/test_snapshot.py \
 	tests/integration/test_tail_streaming.py tests/integration/test_avroread.py
-test: lint stack avroread
-	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" $(BIN)/pytest tests -q -p no:cacheprovider --durations=25
-	CDCD_IMPL=python $(BIN)/pytest tests/unit -q -p no:cacheprovider --ignore tests/unit/test_native.py \
-		--ignore tests/unit/test_lane.py
+test: venv
+	$(MAKE) --no-print-directory -j5 -O lint stack avroread unit-native unit-python
+	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
+		$(BIN)/pytest tests/integration -q -p no:cacheprovider --durations=25
 	CDCD_IMPL=python CDCD_TEST_PG_VERSIONS="$(PG_FULL)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
 		$(BIN)/pytest $(ROW_PATH_TESTS) -q -p no:cacheprovider -k "not kafka_away"
+
+unit-native: venv
+	CDCD_IMPL=native $(BIN)/pytest tests/unit -q -p no:cacheprovider --durations=10
+
+unit-python: venv
+	CDCD_IMPL=python $(BIN)/pytest tests/unit -q -p no:cacheprovider --ignore tests/unit/test_native.py \
+		--ignore tests/unit/test_lane.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis cdcd.egg-info

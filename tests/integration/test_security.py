@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import http.server
+import itertools
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -335,6 +337,9 @@ def _secret_cases(db: Database, role: Role, env: dict[str, str], registry_401: s
     return cases
 
 
+_ROW_IDS = itertools.count(1_000_000)  # rows the daemons are given to stream (unique when cases run side by side)
+
+
 def _run_briefly(
     db: Database, command: str, config: dict[str, Any], tmp_path: Path, seconds: float = 15
 ) -> tuple[int, bool, str]:
@@ -347,7 +352,7 @@ def _run_briefly(
             if db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", [daemon.slot]):
                 break
             time.sleep(0.1)
-        db.execute("INSERT INTO items SELECT coalesce(max(id), 0) + 1, 'x', 1 FROM items")
+        db.execute("INSERT INTO items VALUES (%s, 'x', 1)", [next(_ROW_IDS)])
         lsn = db.execute("SELECT pg_current_wal_lsn()")[0][0]
         query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
         confirmed = False
@@ -367,35 +372,43 @@ def test_no_secret_in_any_output(
     db15: Database, role: Role, kafka_env: dict[str, str], refusing_registry: str, tmp_path: Path
 ) -> None:
     """check, run, tail and snapshot, each with every secret and its service answering, refusing the credentials
-    and unreachable: the secret appears in nothing they print."""
+    and unreachable: the secret appears in nothing they print. The cases run side by side (each its own slot;
+    most of a case is waiting for a service that never answers)."""
     cases = _secret_cases(db15, role, kafka_env, refusing_registry, tmp_path)
-    printed: dict[str, str] = {}
-    for i, case in enumerate(cases):
-        name = f"{case.service} ({case.where}) {case.state}"
-        result = cdcd("check", case.config, tmp_path)
-        printed[f"check, {name}"] = out = result.stdout + result.stderr
-        assert result.returncode == (0 if case.state == "answering" else 1), f"check, {name}:\n{out}"
-        seconds = 15 if case.state == "answering" else 8  # long enough to log what it waits for, retries included
-        code, confirmed, printed[f"run, {name}"] = _run_briefly(db15, "run", case.config, tmp_path / f"run{i}", seconds)
-        if case.state == "answering":
-            assert code == 0, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
-            assert confirmed, f"run, {name}: the row was not delivered\n{printed[f'run, {name}']}"
-        elif case.state == "refusing":
-            assert code == 1, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
-        elif case.service == "registry":  # away: waited for, as Kafka is, until stopped
-            assert code == 0, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
-            assert "waiting for the schema registry" in printed[f"run, {name}"], printed[f"run, {name}"]
-        source_ok = case.service != "postgresql" or case.state == "answering"
-        if case.service in ("postgresql", "kafka"):  # tail and snapshot read the source only: one registry case
-            source = {**case.config["source"], "slot": f"t_{uuid.uuid4().hex[:10]}", "temporary_slot": True}
-            tail = {**case.config, "source": source}
-            code, confirmed, printed[f"tail, {name}"] = _run_briefly(db15, "tail", tail, tmp_path / f"tail{i}")
-            assert confirmed == source_ok, f"tail, {name}\n{printed[f'tail, {name}']}"
-        snapshot = cdcd("snapshot", case.config, tmp_path, "--table", "public.items")
-        printed[f"snapshot, {name}"] = out = snapshot.stdout + snapshot.stderr
-        assert (snapshot.returncode == 0) == source_ok, f"snapshot, {name}:\n{out}"
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outputs = list(pool.map(lambda i: _secret_case(db15, cases[i], tmp_path / f"case{i}"), range(len(cases))))
+    printed = {name: text for output in outputs for name, text in output.items()}
     leaks = [name for name, text in printed.items() if any(case.secret in text for case in cases)]
     assert not leaks, "secrets printed:\n" + "\n\n".join(f"{name}:\n{printed[name]}" for name in leaks)
+
+
+def _secret_case(db: Database, case: Case, tmp_path: Path) -> dict[str, str]:
+    """What check, run, tail and snapshot print for one case, each checked to fail or succeed as it should."""
+    tmp_path.mkdir()
+    name = f"{case.service} ({case.where}) {case.state}"
+    result = cdcd("check", case.config, tmp_path)
+    printed = {f"check, {name}": result.stdout + result.stderr}
+    assert result.returncode == (0 if case.state == "answering" else 1), f"check, {name}:\n{printed[f'check, {name}']}"
+    seconds = 15 if case.state == "answering" else 8  # long enough to log what it waits for, retries included
+    code, confirmed, printed[f"run, {name}"] = _run_briefly(db, "run", case.config, tmp_path / "run", seconds)
+    if case.state == "answering":
+        assert code == 0, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
+        assert confirmed, f"run, {name}: the row was not delivered\n{printed[f'run, {name}']}"
+    elif case.state == "refusing":
+        assert code == 1, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
+    elif case.service == "registry":  # away: waited for, as Kafka is, until stopped
+        assert code == 0, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
+        assert "waiting for the schema registry" in printed[f"run, {name}"], printed[f"run, {name}"]
+    source_ok = case.service != "postgresql" or case.state == "answering"
+    if case.service in ("postgresql", "kafka"):  # tail and snapshot read the source only: one registry case
+        source = {**case.config["source"], "slot": f"t_{uuid.uuid4().hex[:10]}", "temporary_slot": True}
+        tail = {**case.config, "source": source}
+        code, confirmed, printed[f"tail, {name}"] = _run_briefly(db, "tail", tail, tmp_path / "tail")
+        assert confirmed == source_ok, f"tail, {name}\n{printed[f'tail, {name}']}"
+    snapshot = cdcd("snapshot", case.config, tmp_path, "--table", "public.items")
+    printed[f"snapshot, {name}"] = out = snapshot.stdout + snapshot.stderr
+    assert (snapshot.returncode == 0) == source_ok, f"snapshot, {name}:\n{out}"
+    return printed
 
 
 # -- TLS ----------------------------------------------------------------------------------------------------
