@@ -407,7 +407,7 @@ class Stages:
             for start in range(0, len(frames), 300):
                 read = frames[start : start + 300]
                 if taking is not None:
-                    carry_out(read, core, taking, write, act)
+                    carry_out(read, core, act, (taking, write))
                 else:
                     for data in read:
                         event = core.frame(data)

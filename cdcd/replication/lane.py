@@ -110,23 +110,22 @@ class Lane:
         return True
 
 
+Laned = tuple[Lane, Callable[[Shaped], None]]  # the lane, and what writes what it made
+
+
 def carry_out(
-    frames: list[bytes],
-    core: ReplicationCore,
-    lane: Lane,
-    write: Callable[[Shaped], None],
-    act: Callable[[Event], bool],
+    frames: list[bytes], core: ReplicationCore, act: Callable[[Event], bool], laned: Laned | None = None
 ) -> bool:
-    """A read's frames carried out: from each Begin, what the lane takes goes to ``write``; every other frame
-    goes through ``core.frame`` and its event to ``act``. True when ``act`` said the server asked for a status
-    update."""
+    """A read's frames carried out: with a lane, from each Begin, what it takes goes to its writer; every other
+    frame goes through ``core.frame`` and its event to ``act``. True when ``act`` said the server asked for a
+    status update."""
     frame, reply, index = core.frame, False, 0
     while index < len(frames):
         data = frames[index]
-        if begins(data):
-            index, shaped = lane.take(frames, index)
+        if laned is not None and begins(data):
+            index, shaped = laned[0].take(frames, index)
             if shaped is not None:
-                write(shaped)
+                laned[1](shaped)
                 continue
         event = frame(data)
         index += 1

@@ -30,7 +30,7 @@ from cdcd.pgoutput import Decoder
 from cdcd.plan import Plans
 from cdcd.progress import Progress
 from cdcd.replication.core import Event, Publish, ReplicationCore, SnapshotRequest, Stats, Watermark, Write
-from cdcd.replication.lane import Lane, carry_out
+from cdcd.replication.lane import Lane, Laned, carry_out
 from cdcd.replication.start import check_timeline, committed_snapshot, resumable, slot_request
 from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind
 from cdcd.snapshot.meter import SnapshotMeters
@@ -271,19 +271,12 @@ class ReplicationLoop:
 
     def _stream(self, walsender: Walsender, core: ReplicationCore) -> None:
         core.next_status = time.monotonic() + core.status_interval_s
-        frame, act, sink = core.frame, self._act, self.sink
+        act, sink = self._act, self.sink
         laned = self._laned(core)
         while not self.stop.is_set():
             wait = min(1.0, core.next_status - time.monotonic(), sink.wake_in())
             frames = walsender.read(timeout=max(0.0, wait))
-            reply = False
-            if laned is not None:
-                reply = carry_out(frames, core, *laned, act)
-            else:
-                for data in frames:
-                    event = frame(data)
-                    if event is not None:
-                        reply = act(event) or reply
+            reply = carry_out(frames, core, act, laned)
             sink.poll()
             snapshotter = self.snapshotter
             if snapshotter is not None and snapshotter.pending and sink.in_flight() < SNAPSHOT_BACKPRESSURE:
@@ -295,7 +288,7 @@ class ReplicationLoop:
                 self._status_if_due(walsender, core)
         self.state.phase = "stopping"
 
-    def _laned(self, core: ReplicationCore) -> tuple[Lane, Callable[[Shaped], None]] | None:
+    def _laned(self, core: ReplicationCore) -> Laned | None:
         """The compiled lane (``replication/lane.py``) and what writes what it made, when the sink can take that."""
         sink = self.sink
         if isinstance(sink, ShapingSink) and Lane.available(sink.shaper):

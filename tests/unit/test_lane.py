@@ -87,7 +87,7 @@ def through(core: ReplicationCore, shaper: EventShaper, frames: list[bytes], lan
                 if event is not None:
                     act(event)
         else:
-            carry_out(frames, core, lane, write, act)
+            carry_out(frames, core, act, (lane, write))
     except Exception as exc:  # compared between both runs
         out.error = f"{type(exc).__name__}: {exc}"
     return out
