@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import Change, Relation, Row
 
 
@@ -84,11 +85,18 @@ class SnapshotBatch:
 @dataclass(frozen=True, slots=True)
 class Shaped:
     """Whole transactions made into Kafka records (topic, key, value) in one go; confirmable at ``end_lsn`` once
-    every record is acknowledged. ``commit_lsn``: the last transaction's; ``commit_time``: the first one's
-    (PostgreSQL µs), the oldest, for lag."""
+    every record is acknowledged. ``commit_lsn``: the last transaction's; ``commit_times``: each one's
+    (PostgreSQL µs), in commit order."""
 
     records: list[tuple[str, bytes | None, bytes | None]]
-    transactions: int
     commit_lsn: int
     end_lsn: int
-    commit_time: int
+    commit_times: list[int]
+
+    @property
+    def transactions(self) -> int:
+        return len(self.commit_times)
+
+    def unix_commit_times(self) -> list[float]:
+        """The commit times in unix seconds, as ``Progress`` takes them."""
+        return [pg_to_unix_us(t) / 1e6 for t in self.commit_times]

@@ -10,16 +10,19 @@ of a server keepalive may be confirmed, so that an idle or fully filtered databa
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
 class Entry:
-    __slots__ = ("commit_time", "done", "end_lsn", "outstanding", "sealed")
+    __slots__ = ("commit_time", "commit_times", "done", "end_lsn", "outstanding", "sealed")
 
-    def __init__(self, end_lsn: int, commit_time: float | None, done: Callable[[], None] | None = None) -> None:
+    def __init__(self, end_lsn: int, commit_times: Sequence[float], done: Callable[[], None] | None = None) -> None:
         self.done = done  # called once the entry is finished (after every entry before it)
         self.end_lsn = end_lsn
-        self.commit_time = commit_time  # unix seconds of the commit on the server, when known
+        # unix seconds of the commit on the server of each transaction of the entry (none when not known); the
+        # first, the oldest, for lag
+        self.commit_times = commit_times
+        self.commit_time = commit_times[0] if commit_times else None
         self.outstanding = 0  # messages handed over and not acknowledged yet: the sink counts them up itself
         self.sealed = False
 
@@ -46,10 +49,17 @@ class Progress:
     def received(self, lsn: int) -> None:
         self.received_lsn = max(self.received_lsn, lsn)
 
-    def open(self, end_lsn: int, commit_time: float | None = None, done: Callable[[], None] | None = None) -> Entry:
-        """Start tracking a transaction that ends at ``end_lsn``; call ``seal`` when all its work is handed over.
-        ``done`` is called when it is finished."""
-        entry = Entry(end_lsn, commit_time, done)
+    def open(
+        self,
+        end_lsn: int,
+        commit_time: float | None = None,
+        done: Callable[[], None] | None = None,
+        *,
+        commit_times: Sequence[float] = (),
+    ) -> Entry:
+        """Start tracking a transaction that ends at ``end_lsn`` (or several, whose ``commit_times`` are given);
+        call ``seal`` when all its work is handed over. ``done`` is called when it is finished."""
+        entry = Entry(end_lsn, commit_times if commit_time is None else (commit_time,), done)
         self._entries.append(entry)
         return entry
 
@@ -85,7 +95,8 @@ class Progress:
         while entries and entries[0].sealed and entries[0].outstanding == 0:
             entry = entries.popleft()
             self.flushed_lsn = max(self.flushed_lsn, entry.end_lsn)
-            if self.on_done is not None and entry.commit_time is not None:
-                self.on_done(entry.commit_time)
+            if self.on_done is not None:
+                for commit_time in entry.commit_times:
+                    self.on_done(commit_time)
             if entry.done is not None:
                 entry.done()

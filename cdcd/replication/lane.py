@@ -61,7 +61,7 @@ class Lane:
             return start, None
         assert native is not None
         while True:
-            stop, received, records, xids, changes, last_commit, end_lsn, commit_time, events, ask = (
+            stop, received, records, xids, changes, last_commit, end_lsn, commit_times, events, ask = (
                 native.plain_transactions(
                     frames,
                     start,
@@ -84,7 +84,7 @@ class Lane:
             return start, None
         core.written(xids, changes, received)
         shaper.shaped(last_commit, events)
-        return stop, Shaped(records, len(xids), last_commit, end_lsn, commit_time)
+        return stop, Shaped(records, last_commit, end_lsn, commit_times)
 
     def _add(self, relation_id: int) -> bool:
         """Settle whether the lane takes the table: True when the lane should try again."""

@@ -129,7 +129,7 @@ class KafkaSink(AtLeastOnce):
 
     def write_shaped(self, shaped: Shaped, progress: Progress) -> None:
         """As ``_emitter``'s ``emit`` for each record, inlined: the lane's whole point is fewer Python calls."""
-        entry = progress.open(shaped.end_lsn, pg_to_unix_us(shaped.commit_time) / 1e6)
+        entry = progress.open(shaped.end_lsn, commit_times=shaped.unix_commit_times())
         records = shaped.records
         entry.outstanding += len(records)  # sealed below: acknowledgements meanwhile cannot finish it early
         acked = self._acked(progress, entry)

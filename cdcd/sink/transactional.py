@@ -171,7 +171,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
         self._commit_if_due()
 
     def write_shaped(self, shaped: Shaped, progress: Progress) -> None:
-        entry = self._hold(progress.open(shaped.end_lsn, pg_to_unix_us(shaped.commit_time) / 1e6), progress)
+        entry = self._hold(progress.open(shaped.end_lsn, commit_times=shaped.unix_commit_times()), progress)
         emit = self._emit
         for topic, key, value in shaped.records:
             emit(topic, key, value, None)

@@ -102,10 +102,10 @@ struct Shaping<'a, 'py> {
 }
 
 /// Whole plain transactions of ``frames[start:]``, up to the first one the lane leaves to Python. Returns
-/// ``(stop, received, records, xids, changes, last_commit_lsn, end_lsn, first_commit_time, events, ask)``:
+/// ``(stop, received, records, xids, changes, last_commit_lsn, end_lsn, commit_times, events, ask)``:
 /// the index of the first frame not done; the highest WAL position the done frames reported (0: none); the
 /// records ``(topic, key, value)`` in order; the transactions' xids and their number of changes; the last
-/// one's commit and end LSN and the first one's commit time (PostgreSQL µs; 0 when none was done); events
+/// one's commit and end LSN and every one's commit time (PostgreSQL µs, in commit order); events
 /// made as ``(table, op, count)``; and the relation id the lane stopped for want of a table (or None).
 /// ``tables``: relation id -> `LaneTable`, or the Relation of a table the lane leaves to Python; ``relations``: the
 /// decoder's Relations; ``transaction_topic``: (topic, key header, value header) for BEGIN and END events,
@@ -139,7 +139,8 @@ pub fn plain_transactions<'py>(
     let records = PyList::empty(py);
     let xids = PyList::empty(py);
     let mut events: Vec<(Bound<'py, LaneTable>, [usize; 3])> = Vec::new();
-    let (mut received, mut changes, mut end_lsn, mut first_commit_time) = (0u64, 0usize, 0i64, 0i64);
+    let commit_times = PyList::empty(py);
+    let (mut received, mut changes, mut end_lsn) = (0u64, 0usize, 0i64);
     let mut index = start;
     let mut ask = None;
     while index < frames.len() && records.len() < max_records {
@@ -182,9 +183,7 @@ pub fn plain_transactions<'py>(
         received = received.max(seen);
         last_commit_lsn = Some(commit.commit_lsn);
         end_lsn = commit.end_lsn;
-        if first_commit_time == 0 {
-            first_commit_time = commit.commit_time;
-        }
+        commit_times.append(commit.commit_time)?;
         index = next;
     }
     let counted = PyList::empty(py);
@@ -203,7 +202,7 @@ pub fn plain_transactions<'py>(
         changes,
         last_commit_lsn,
         end_lsn,
-        first_commit_time,
+        commit_times,
         counted,
         ask,
     );

@@ -14,6 +14,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from cdcd.batches import Shaped
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.lsn import pg_to_unix_us
 from cdcd.progress import Progress
 from cdcd.sink import SinkFailure
 from cdcd.sink import kafka as sink_kafka
@@ -122,11 +123,14 @@ class Delivered:
         return self._topic
 
 
+COMMIT_TIMES = [800_000_000_000_000 + i * 1_000 for i in range(4)]  # four transactions' (PostgreSQL µs)
+
+
 def shaped(count: int, end_lsn: int = 0x5000) -> Shaped:
     records: list[tuple[str, bytes | None, bytes | None]] = [
         ("cdc.public.t", b"k%d" % i, None if i % 3 == 2 else b"v%d" % i) for i in range(count)
     ]
-    return Shaped(records, 4, 0x4000, end_lsn, 0)
+    return Shaped(records, 0x4000, end_lsn, COMMIT_TIMES)
 
 
 def test_shaped_records_are_produced_in_order_and_confirmed_once_all_are_acknowledged(sink: KafkaSink) -> None:
@@ -134,14 +138,18 @@ def test_shaped_records_are_produced_in_order_and_confirmed_once_all_are_acknowl
     its end LSN confirmable only after the last acknowledgement."""
     queue = Queue(room=7)
     sink.producer = queue  # type: ignore[assignment]
-    progress = Progress()
+    finished: list[float] = []
+    progress = Progress(on_done=finished.append)
     batch = shaped(20)
     sink.write_shaped(batch, progress)
     assert queue.delivered + [q[:3] for q in queue.queued] == batch.records
     assert progress.flushed_lsn == 0  # the last records are still queued
     assert sink.wake_in() == sink_kafka.ACK_POLL_S  # the loop comes back soon to serve their acknowledgements
+    assert finished == []
     queue.poll()
     assert progress.flushed_lsn == 0x5000
+    # the commit-to-acknowledgement histogram: one observation per transaction, each from its own commit
+    assert finished == [pg_to_unix_us(t) / 1e6 for t in COMMIT_TIMES]
     assert sink.wake_in() == math.inf
     assert sink.produced == 20
 

@@ -55,3 +55,19 @@ def test_over_acknowledgement_is_an_error() -> None:
     entry = p.open(1)
     with pytest.raises(RuntimeError):
         p.ack(entry)
+
+
+def test_an_entry_of_several_transactions_reports_each_commit_time_once_finished() -> None:
+    """The lane's unit holds many transactions: lag from the oldest, one finished commit time per transaction."""
+    finished: list[float] = []
+    p = Progress(on_done=finished.append)
+    single, batch = p.open(100, 5.0), p.open(300, commit_times=[6.0, 7.0, 8.0])
+    batch.outstanding += 1
+    p.seal(single)
+    p.seal(batch)
+    assert finished == [5.0]
+    assert p.oldest_commit_time() == 6.0
+    p.ack(batch)
+    assert finished == [5.0, 6.0, 7.0, 8.0]
+    assert p.flushed_lsn == 300
+    assert p.oldest_commit_time() is None
