@@ -259,8 +259,9 @@ def delete_topics(bootstrap: str, prefixes: tuple[str, ...]) -> None:
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         names = [name for name in admin.list_topics(timeout=10).topics if name.startswith(prefixes)]
-        for future in admin.delete_topics(names, request_timeout=15).values() if names else []:
-            future.result(timeout=20)
+        if names:
+            for future in admin.delete_topics(names, request_timeout=15).values():
+                future.result(timeout=20)
     except (KafkaException, concurrent.futures.TimeoutError) as exc:
         print(f"kafka harness: topics {prefixes} not deleted: {exc}", file=sys.stderr)
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.integration.conftest import Database, PgServer, close_bounded, scratch_database, stack15
+from tests.integration.kafka_harness import delete_topics
 
 pytestmark = pytest.mark.integration
 
@@ -94,10 +94,7 @@ def connector(pg15: PgServer, debezium_env: dict[str, str]) -> Iterator[tuple[Da
         finally:
             close_bounded(reader.consumer)
             stack15("debezium-connector", "stop", name)
-            admin = AdminClient({"bootstrap.servers": debezium_env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]})
-            topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(f"{name}.")]
-            for future in admin.delete_topics(topics).values() if topics else []:
-                future.result()
+            delete_topics(debezium_env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], (f"{name}.",))
             registry = SchemaRegistryClient({"url": debezium_env["CDCD_SCHEMA_REGISTRY__URL"]})
             for subject in registry.get_subjects():
                 if subject.startswith(f"{name}."):

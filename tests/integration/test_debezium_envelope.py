@@ -11,11 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
 from tests.integration.conftest import Database, PgServer, scratch_database, stack15
 from tests.integration.debezium_compare import Registry, by_kind, compare_topics, read_topics, subjects, summary
-from tests.integration.kafka_harness import Run
+from tests.integration.kafka_harness import Run, delete_topics
 
 pytestmark = pytest.mark.integration
 
@@ -117,10 +116,7 @@ def side_by_side(pg15: PgServer, debezium_env: dict[str, str], tmp_path: Path) -
         finally:
             run.close()
             stack15("debezium-connector", "stop", name)
-            admin = AdminClient({"bootstrap.servers": debezium_env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]})
-            topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith((f"{name}.", f"{run.prefix}."))]
-            for future in admin.delete_topics(topics).values() if topics else []:
-                future.result()
+            delete_topics(debezium_env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], (f"{name}.",))  # cdcd's: run.close()
 
 
 def _wait_for_done(registry: Registry, bootstrap: str, prefix: str, timeout: float = 120) -> None:
