@@ -14,17 +14,20 @@ from collections.abc import Callable, Sequence
 
 
 class Entry:
-    __slots__ = ("commit_time", "commit_times", "done", "end_lsn", "outstanding", "sealed")
+    __slots__ = ("commit_times", "done", "end_lsn", "outstanding", "sealed")
 
     def __init__(self, end_lsn: int, commit_times: Sequence[float], done: Callable[[], None] | None = None) -> None:
         self.done = done  # called once the entry is finished (after every entry before it)
         self.end_lsn = end_lsn
-        # unix seconds of the commit on the server of each transaction of the entry (none when not known); the
-        # first, the oldest, for lag
+        # unix seconds of the commit on the server of each transaction of the entry (none when not known)
         self.commit_times = commit_times
-        self.commit_time = commit_times[0] if commit_times else None
         self.outstanding = 0  # messages handed over and not acknowledged yet: the sink counts them up itself
         self.sealed = False
+
+    @property
+    def commit_time(self) -> float | None:
+        """The first (oldest) commit time, for lag."""
+        return self.commit_times[0] if self.commit_times else None
 
 
 class Progress:
