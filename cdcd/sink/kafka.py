@@ -41,6 +41,11 @@ _FATAL_CLIENT_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
 WAITING_LOG_S = 30.0  # how often a wait for Kafka or the schema registry is logged
 ACK_POLL_S = 0.01  # how often acknowledgements are served while the loop has nothing to read
 _REGISTRY_RETRY_PAUSE_S = 1.0
+# A 409 is asked again this often before it counts as a refusal: two writers registering a new subject at once
+# (daemons sharing a topic prefix, the transaction topic) get a 409 "already exists" from Apicurio for the loser;
+# the same request then answers with the winner's id. A compatibility refusal answers the same every time.
+_CONFLICT_ATTEMPTS = 4
+_CONFLICT_PAUSE_S = 0.25
 
 
 def log_wait(service: str, what: str, error: str, logged_at: float | None) -> float:
@@ -276,11 +281,16 @@ class KafkaSink(AtLeastOnce):
         stops cdcd; a registry that is away or failing (no connection, a timeout, HTTP 5xx) is waited for, with
         status updates going on (a stop request ends the wait; nothing after it was confirmed)."""
         logged_at = None
+        conflicts = 0
         while True:
             try:
                 schema_id: int = self.registry.register_schema(subject, Schema(text, "AVRO"))
                 return schema_id
             except SchemaRegistryError as exc:
+                conflicts += exc.http_status_code == 409
+                if exc.http_status_code == 409 and conflicts < _CONFLICT_ATTEMPTS:
+                    self._wait(_CONFLICT_PAUSE_S)
+                    continue
                 if exc.http_status_code < 500:
                     raise SinkFailure(self._refused(subject, schema, exc)) from None
                 error = str(exc)

@@ -57,6 +57,7 @@ class Answers:
 @pytest.fixture
 def sink(monkeypatch: pytest.MonkeyPatch) -> KafkaSink:
     monkeypatch.setattr(sink_kafka, "_REGISTRY_RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(sink_kafka, "_CONFLICT_PAUSE_S", 0.0)
     kafka = KafkaSettings(bootstrap_servers="127.0.0.1:9", producer={"log_level": 0})
     return KafkaSink(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"))
 
@@ -81,12 +82,22 @@ def test_a_registry_that_is_away_or_failing_is_waited_for(sink: KafkaSink) -> No
 )
 def test_a_refusal_stops_and_names_the_cause(sink: KafkaSink, status: int, hint: str) -> None:
     message = {409: "Incompatible schema", 401: "Unauthorized", 422: "Invalid schema"}[status]
-    sink.registry = Answers(SchemaRegistryError(status, status * 100, message))  # type: ignore[assignment]
+    refusal = SchemaRegistryError(status, status * 100, message)
+    sink.registry = Answers(*[refusal] * 4)  # type: ignore[assignment]
     with pytest.raises(SinkFailure, match="schema registry refused the new schema for t-value") as refused:
         sink.schema_id("t-value", SCHEMA)
+    assert sink.registry.calls == (4 if status == 409 else 1)  # type: ignore[attr-defined]
     assert hint in str(refused.value)
     assert ("compatibility" in str(refused.value)) == (status == 409)
     assert "nothing after it was confirmed" in str(refused.value)
+
+
+def test_a_lost_race_to_create_a_subject_gets_the_winners_id(sink: KafkaSink) -> None:
+    """Two writers registering a new subject at once: Apicurio answers the loser 409 "already exists"; asked
+    again, it answers with the id the winner got."""
+    exists = SchemaRegistryError(409, 409, "An artifact with ID 't-value' in group 'null' already exists.")
+    sink.registry = Answers(exists, 5)  # type: ignore[assignment]
+    assert sink.schema_id("t-value", SCHEMA) == 5
 
 
 class Queue:
