@@ -278,6 +278,13 @@ class KafkaSettings(_Section):
     producer: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="extra librdkafka producer settings (idempotence and acks=all are fixed)"
     )
+    whole_transaction_changes: int = Field(
+        100_000,
+        ge=0,
+        description="a transaction of at least this many changes is acknowledged whole, not message by message:"
+        " produced (once Kafka has every earlier message) by a second producer that reports failures only, and"
+        " in Kafka whole before anything after it is produced. 0: every message acknowledged on its own",
+    )
     delivery: Literal["at_least_once", "exactly_once"] = Field(
         "at_least_once",
         description="exactly_once: whole PostgreSQL transactions in Kafka transactions, with the WAL position in"

@@ -58,9 +58,17 @@ def data_events(events: list[Event], prefix: str) -> list[Event]:
     return [e for e in events if e.topic in (f"{prefix}.public.items", f"{prefix}.public.audit")]
 
 
-def test_committed_changes_arrive_in_order_with_tombstones_and_transactions(run: Run, db: Database) -> None:
+# Transactions of at least this many changes acknowledged whole (kafka.whole_transaction_changes): "whole" makes
+# the workloads' larger transactions take that path and its smaller ones the one of a report per message.
+WHOLE = pytest.mark.parametrize("whole", [{}, {"whole_transaction_changes": 3}], ids=["each", "whole"])
+
+
+@WHOLE
+def test_committed_changes_arrive_in_order_with_tombstones_and_transactions(
+    run: Run, db: Database, whole: dict[str, Any]
+) -> None:
     db.execute(SCHEMA + "; CREATE TABLE unpublished (id int PRIMARY KEY)")
-    run.start()
+    run.start(**whole)
     model = Model()
     db.execute("INSERT INTO unpublished VALUES (1)")  # PostgreSQL 14 sends it as an empty transaction
     interleaved_workload(db.dsn(), model)
@@ -293,9 +301,12 @@ def test_alter_table_registers_a_new_schema_version_before_its_first_event(run: 
     assert run.stop() == 0
 
 
-def test_a_delivery_error_stops_the_daemon_and_the_transaction_is_not_lost(run: Run, db: Database) -> None:
+@pytest.mark.parametrize("whole", [{}, {"whole_transaction_changes": 1}], ids=["each", "whole"])
+def test_a_delivery_error_stops_the_daemon_and_the_transaction_is_not_lost(
+    run: Run, db: Database, whole: dict[str, Any]
+) -> None:
     db.execute("CREATE TABLE items (id int PRIMARY KEY, v text); CREATE PUBLICATION cdcd_pub FOR TABLE items")
-    run.start(topic_config={"max.message.bytes": "2000"}, transaction_topic=False)
+    run.start(topic_config={"max.message.bytes": "2000"}, transaction_topic=False, **whole)
     db.execute("INSERT INTO items VALUES (1, 'fits')")
     # 32 kB of random hex: larger than the topic accepts even after lz4 compression
     db.execute("INSERT INTO items SELECT 2, string_agg(md5(random()::text), '') FROM generate_series(1, 1000)")
@@ -314,7 +325,7 @@ def test_a_delivery_error_stops_the_daemon_and_the_transaction_is_not_lost(run: 
     )
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
-    run.start(topic_config={"max.message.bytes": "2000"}, transaction_topic=False)
+    run.start(topic_config={"max.message.bytes": "2000"}, transaction_topic=False, **whole)
     events = run.consume_until(lambda ev: any(e.value and e.value["after"]["id"] == 2 for e in ev if e.topic == topic))
     assert len(next(e.value["after"]["v"] for e in events if e.value and e.value["after"]["id"] == 2)) == 32_000
     assert run.stop() == 0

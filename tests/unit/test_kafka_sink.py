@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -173,3 +174,83 @@ def test_a_shaped_record_that_fails_stops_the_sink_and_nothing_is_confirmed(sink
     with pytest.raises(SinkFailure, match=r"delivery to cdc\.public\.t failed"):
         sink.poll()
     assert progress.flushed_lsn == 0
+
+
+class Reporting(Queue):
+    """A producer made with a default delivery report for failures only (``delivery.report.only.error``)."""
+
+    def __init__(self, room: int, report: Any, error: KafkaError | None = None) -> None:
+        super().__init__(room, error)
+        self.report = report
+
+    def poll(self, timeout: float = 0) -> int:
+        queued, self.queued = self.queued, []
+        for topic, key, value, acked in queued:
+            assert acked is None  # no callback per message: that is the point
+            self.delivered.append((topic, key, value))
+            if self.error is not None:
+                self.report(self.error, Delivered(topic))
+        return len(queued)
+
+
+def whole_setup(
+    monkeypatch: pytest.MonkeyPatch, error: KafkaError | None = None
+) -> tuple[KafkaSink, Queue, list[Reporting], Any]:
+    """A sink whose transactions of 5 changes or more are produced whole, by a ``Reporting`` producer."""
+    monkeypatch.setattr(sink_kafka, "_REGISTRY_RETRY_PAUSE_S", 0.0)
+    kafka = KafkaSettings(bootstrap_servers="127.0.0.1:9", producer={"log_level": 0}, whole_transaction_changes=5)
+    sink = KafkaSink(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"))
+    single = Queue(room=100)
+    sink.producer = single  # type: ignore[assignment]
+    made: list[Reporting] = []
+
+    def producer(fixed: dict[str, Any]) -> Reporting:
+        assert fixed["delivery.report.only.error"] is True
+        made.append(Reporting(room=3, report=fixed["on_delivery"], error=error))
+        return made[-1]
+
+    monkeypatch.setattr(sink, "_producer", producer)
+
+    def transaction(txn: Any, changes: Any, emit: Any) -> None:
+        assert not single.queued  # every earlier message is in Kafka before the first of these is produced
+        for i in range(txn.change_count):
+            emit("cdc.public.t", b"w%d" % i, b"x%d" % i, None)
+
+    monkeypatch.setattr(sink.shaper, "transaction", transaction)
+    return sink, single, made, lambda count, end: SimpleNamespace(change_count=count, end_lsn=end, commit_time=0)
+
+
+def test_a_large_transaction_is_produced_whole_after_every_earlier_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a callback per message: in Kafka whole (through a full queue) when write_transaction returns,
+    after everything produced before it; smaller ones as before, by the first producer."""
+    sink, single, made, txn = whole_setup(monkeypatch)
+    progress = Progress()
+    sink.write_shaped(shaped(4, end_lsn=0x4100), progress)
+    assert single.queued
+    assert progress.flushed_lsn == 0
+    sink.write_transaction(txn(8, 0x6000), iter(()), progress)
+    assert progress.flushed_lsn == 0x6000  # nothing of it is left anywhere
+    (whole,) = made
+    assert whole.delivered == [("cdc.public.t", b"w%d" % i, b"x%d" % i) for i in range(8)]
+    assert not whole.queued
+    assert sink.producer is single  # type: ignore[comparison-overlap]
+    sink.write_transaction(txn(4, 0x7000), iter(()), progress)  # below the threshold: acknowledged one by one
+    assert len(single.queued) == 4
+    assert progress.flushed_lsn == 0x6000
+    single.poll()
+    assert progress.flushed_lsn == 0x7000
+    sink.write_transaction(txn(5, 0x8000), iter(()), progress)
+    assert len(made) == 1
+    assert progress.flushed_lsn == 0x8000
+    assert sink.produced == 4 + 8 + 4 + 5
+
+
+def test_a_failure_in_a_whole_transaction_stops_the_sink_and_nothing_is_confirmed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sink, single, _, txn = whole_setup(monkeypatch, error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    progress = Progress()
+    with pytest.raises(SinkFailure, match=r"delivery to cdc\.public\.t failed"):
+        sink.write_transaction(txn(6, 0x6000), iter(()), progress)
+    assert progress.flushed_lsn == 0
+    assert sink.producer is single  # type: ignore[comparison-overlap]
