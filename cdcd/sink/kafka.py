@@ -28,7 +28,7 @@ from cdcd.logging import library_logger
 from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import Change, LogicalMessage
 from cdcd.progress import Entry, Progress
-from cdcd.shaping import Emit, EventShaper, Headers
+from cdcd.shaping import Emit, EmitMany, EventShaper, Headers
 from cdcd.sink import AtLeastOnce, SessionContext, SinkFailure
 
 log = structlog.get_logger("cdcd.sink.kafka")
@@ -132,27 +132,16 @@ class KafkaSink(AtLeastOnce):
         entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
         whole = self.settings.whole_transaction_changes
         if whole and txn.change_count >= whole:
-            self._produce_whole(lambda emit: self.shaper.transaction(txn, changes, emit))
+            self._produce_whole(lambda emit, emit_many: self.shaper.transaction(txn, changes, emit, emit_many))
         else:
-            self.shaper.transaction(txn, changes, self._emitter(progress, entry))
+            acked = self._acked(progress, entry)
+            emit_many = self._producing_many(acked, entry)
+            self.shaper.transaction(txn, changes, self._producing(acked, entry), emit_many)
         progress.seal(entry)
 
     def write_shaped(self, shaped: Shaped, progress: Progress) -> None:
-        """As ``_emitter``'s ``emit`` for each record, inlined: the lane's whole point is fewer Python calls."""
         entry = progress.open(shaped.end_lsn, commit_times=shaped.unix_commit_times())
-        records = shaped.records
-        entry.outstanding += len(records)  # sealed below: acknowledgements meanwhile cannot finish it early
-        acked = self._acked(progress, entry)
-        produce = self.producer.produce
-        for topic, key, value in records:
-            try:
-                produce(topic, value, key, on_delivery=acked)
-            except BufferError:  # the local queue is full: wait for Kafka, never drop
-                self._produce_when_room(topic, key, value, acked, None)
-        produced = self.produced
-        self.produced = produced + len(records)
-        if produced // 1000 != self.produced // 1000:
-            self.producer.poll(0)
+        self._producing_many(self._acked(progress, entry), entry)(shaped.records)
         progress.seal(entry)
 
     def already_written(self) -> int:
@@ -253,7 +242,7 @@ class KafkaSink(AtLeastOnce):
 
         return emit
 
-    def _produce_whole(self, shape: Callable[[Emit], None]) -> None:
+    def _produce_whole(self, shape: Callable[[Emit, EmitMany], None]) -> None:
         """What ``shape`` emits, in Kafka when this returns. A delivery report is a Python call per message
         (~0.6 µs: confluent-kafka makes a Message for each, whatever the callback); the second producer reports
         failures only, so its messages are acknowledged together once none is left in it. Every message
@@ -264,7 +253,7 @@ class KafkaSink(AtLeastOnce):
             self._whole_producer = self._producer({"delivery.report.only.error": True, "on_delivery": self._report})
         single, self.producer = self.producer, self._whole_producer
         try:
-            shape(self._producing(None, None))
+            shape(self._producing(None, None), self._producing_many(None, None))
             self._drain()
         finally:
             self.producer = single
@@ -279,11 +268,33 @@ class KafkaSink(AtLeastOnce):
             self._wait(ACK_POLL_S)
         self._raise_failure()
 
+    def _producing_many(self, acked: Acked | None, entry: Entry | None) -> EmitMany:
+        """As ``_producing``'s ``emit`` for each record of a list, inlined: fewer Python calls per record."""
+
+        def emit_many(records: list[tuple[str, bytes | None, bytes | None]]) -> None:
+            if entry is not None:
+                entry.outstanding += len(records)  # sealed later: acknowledgements meanwhile cannot finish it
+            producer = self.producer
+            produce = producer.produce
+            for topic, key, value in records:
+                try:
+                    produce(topic, value, key, on_delivery=acked)
+                except BufferError:  # the local queue is full: wait for Kafka, never drop
+                    self._produce_when_room(topic, key, value, acked, None)
+            produced = self.produced
+            self.produced = produced + len(records)
+            if produced // 1000 != self.produced // 1000:
+                producer.poll(0)
+
+        return emit_many
+
     def _produce_when_room(
         self, topic: str, key: bytes | None, value: bytes | None, acked: Acked | None, headers: Headers | None
     ) -> None:
         while True:
-            self._wait(0.1)
+            # Briefly: a producer that reports failures only (_produce_whole) has nothing for poll to serve as the
+            # queue empties, so poll waits out its timeout meanwhile.
+            self._wait(ACK_POLL_S)
             try:
                 self.producer.produce(topic, value, key, on_delivery=acked, headers=headers)
                 return

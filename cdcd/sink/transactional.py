@@ -26,7 +26,7 @@ from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import Change, LogicalMessage
 from cdcd.progress import Entry, Progress
-from cdcd.shaping import Emit, Headers
+from cdcd.shaping import Emit, EmitMany, Headers
 from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
 from cdcd.sink import progress_topic as records
 from cdcd.sink.kafka import KafkaSink, log_wait
@@ -40,6 +40,10 @@ _READ_RETRY_PAUSE_S = 1.0  # between reads of the progress topic: some errors (n
 
 def _not_started(topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
     raise RuntimeError("the exactly-once sink writes only once its session started (Sink.committed)")
+
+
+def _not_started_many(records: list[tuple[str, bytes | None, bytes | None]]) -> None:
+    _not_started("", None, None, None)
 
 
 class ExactlyOnceKafkaSink(KafkaSink):
@@ -61,6 +65,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
         self._position = -1  # start LSN of the last stream record written
         self._committed = Committed(0, -1, None)
         self._emit: Emit = _not_started
+        self._emit_many: EmitMany = _not_started_many
 
     def _start_producer(self) -> None:
         """Made by ``committed``: the transactional.id needs the database system id."""
@@ -134,6 +139,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
         )
         self._retrying("initialize Kafka transactions", lambda: self.producer.init_transactions(1.0))
         self._emit = self._producing(None, None)  # no delivery reports: the commit fails if a message failed
+        self._emit_many = self._producing_many(None, None)
 
     def _progress_topic_missing(self, slot_created: bool) -> None:
         topic = self.progress_topic
@@ -165,16 +171,14 @@ class ExactlyOnceKafkaSink(KafkaSink):
             progress.seal(progress.open(txn.end_lsn, commit_time))
             return
         entry = self._hold(progress.open(txn.end_lsn, commit_time), progress)
-        self.shaper.transaction(txn, changes, self._emit)
+        self.shaper.transaction(txn, changes, self._emit, self._emit_many)
         self._position = txn.commit_lsn
         progress.seal(entry)
         self._commit_if_due()
 
     def write_shaped(self, shaped: Shaped, progress: Progress) -> None:
         entry = self._hold(progress.open(shaped.end_lsn, commit_times=shaped.unix_commit_times()), progress)
-        emit = self._emit
-        for topic, key, value in shaped.records:
-            emit(topic, key, value, None)
+        self._emit_many(shaped.records)
         self._position = shaped.commit_lsn
         progress.seal(entry)
         self._commit_if_due()

@@ -171,7 +171,8 @@ impl Envelope {
     }
 
     /// The records of ``changes[start:]`` (RowChanges of this table, in order) handed to ``emit(topic, key,
-    /// value, headers)`` as `cdcd.shaping.EventShaper` makes them: the key (with ``key_header``; none when
+    /// value, headers)``, or appended to ``emit`` as ``(topic, key, value)`` when it is a list, as
+    /// `cdcd.shaping.EventShaper` makes them: the key (with ``key_header``; none when
     /// it is None), the envelope (with ``value_header``) and, after a delete, a tombstone when ``tombstones``;
     /// the transaction block counts on from ``total`` and ``dco``. Stops before a change it leaves to the
     /// Python shaper (an update that changes the key, a value the compiled code refuses); returns that
@@ -195,6 +196,7 @@ impl Envelope {
         tombstones: bool,
         emit: Bound<'py, PyAny>,
     ) -> PyResult<(usize, [usize; 3])> {
+        let records = emit.cast::<PyList>().ok().cloned();
         let mut counts = [0usize; 3];
         let mut order = (total, dco);
         for index in start..changes.len() {
@@ -233,9 +235,21 @@ impl Envelope {
             framed.extend_from_slice(value_header);
             framed.extend_from_slice(value.as_bytes());
             let key = key.map(|k| PyBytes::new(py, &k));
-            emit.call1((&topic, &key, PyBytes::new(py, &framed), py.None()))?;
-            if op == "d" && tombstones && key.is_some() {
-                emit.call1((&topic, &key, py.None(), py.None()))?;
+            let value = PyBytes::new(py, &framed);
+            let tombstone = op == "d" && tombstones && key.is_some();
+            match &records {
+                Some(list) => {
+                    list.append((&topic, &key, value))?;
+                    if tombstone {
+                        list.append((&topic, &key, py.None()))?;
+                    }
+                }
+                None => {
+                    emit.call1((&topic, &key, value, py.None()))?;
+                    if tombstone {
+                        emit.call1((&topic, &key, py.None(), py.None()))?;
+                    }
+                }
             }
         }
         Ok((changes.len(), counts))

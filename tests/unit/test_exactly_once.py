@@ -137,6 +137,7 @@ def sink(
     producer = Producer()
     out.producer = producer  # type: ignore[assignment]
     out._emit = out._producing(None, None)  # what `committed` sets up with the real producer
+    out._emit_many = out._producing_many(None, None)
     out.slot, out.system_id = "s", SYSTEM
     out.start_session(SessionContext("shop", snapshot_state=snapshot_state, snapshot_committed=snapshot_committed))
     out.shaper = shaper(Registry(), transaction_topic=False)

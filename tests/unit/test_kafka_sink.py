@@ -211,10 +211,11 @@ def whole_setup(
 
     monkeypatch.setattr(sink, "_producer", producer)
 
-    def transaction(txn: Any, changes: Any, emit: Any) -> None:
+    def transaction(txn: Any, changes: Any, emit: Any, emit_many: Any) -> None:
         assert not single.queued  # every earlier message is in Kafka before the first of these is produced
-        for i in range(txn.change_count):
-            emit("cdc.public.t", b"w%d" % i, b"x%d" % i, None)
+        records = [("cdc.public.t", b"w%d" % i, b"x%d" % i) for i in range(txn.change_count)]
+        emit(*records[0], None)  # as the shaper does: one by one, and a list at a time from the compiled shaper
+        emit_many(records[1:])
 
     monkeypatch.setattr(sink.shaper, "transaction", transaction)
     return sink, single, made, lambda count, end: SimpleNamespace(change_count=count, end_lsn=end, commit_time=0)

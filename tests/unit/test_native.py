@@ -285,7 +285,8 @@ class _Buffer:
         """Nothing to release."""
 
 
-def shaped(items: list[Change], native: bool, tombstones: bool) -> tuple[str, Any]:
+def shaped(items: list[Change], native: bool, tombstones: bool, many: bool = False) -> tuple[str, Any]:
+    """What the shaper emits; ``many``: the compiled shaper's records through ``emit_many``, a list at a time."""
     shaper = EventShaper(
         "cdcd", _Registry(), tombstones_on_delete=tombstones, clock_us=lambda: 1_700_000_000_000_000, native=native
     )
@@ -294,17 +295,19 @@ def shaped(items: list[Change], native: bool, tombstones: bool) -> tuple[str, An
     txn = Transaction(77, 0x500, 0x508, 0, False, _Buffer(items))
     try:
         for _ in range(2):  # a second transaction: last_commit_lsn, and caches reused
-            shaper.transaction(txn, iter(items), lambda *record: records.append(record))
+            emit_many = (lambda made: records.extend((*r, None) for r in made)) if many else None
+            shaper.transaction(txn, iter(items), lambda *record: records.append(record), emit_many)
     except Exception as exc:
         return "raised", (type(exc).__name__, str(exc), records)
     return "emitted", (records, sorted(shaper.events.items()))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(changes() | st.sampled_from(["truncate", "message"]), max_size=40), st.booleans())
-def test_compiled_shaper_emits_what_the_python_shaper_emits(items: list[Any], tombstones: bool) -> None:
+@given(st.lists(changes() | st.sampled_from(["truncate", "message"]), max_size=40), st.booleans(), st.booleans())
+def test_compiled_shaper_emits_what_the_python_shaper_emits(items: list[Any], tombstones: bool, many: bool) -> None:
     """Runs of changes (key changes, refused values, tombstones, every replica identity) between truncates and
-    messages: the same records in the same order, the same transaction orders and the same event counts."""
+    messages: the same records in the same order, the same transaction orders and the same event counts, with
+    the compiled shaper's records handed over one by one or a list at a time (``many``)."""
     made: list[Change] = []
     for item in items:
         if item == "truncate":
@@ -313,7 +316,8 @@ def test_compiled_shaper_emits_what_the_python_shaper_emits(items: list[Any], to
             made.append(LogicalMessage(True, 6, "p", b"m"))
         else:
             made.append(item)
-    assert shaped(made, native=True, tombstones=tombstones) == shaped(made, native=False, tombstones=tombstones)
+    compiled = shaped(made, native=True, tombstones=tombstones, many=many)
+    assert compiled == shaped(made, native=False, tombstones=tombstones)
 
 
 @settings(max_examples=300, deadline=None)
