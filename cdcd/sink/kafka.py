@@ -132,7 +132,15 @@ class KafkaSink(AtLeastOnce):
         entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
         whole = self.settings.whole_transaction_changes
         if whole and txn.change_count >= whole:
+            began, produced = time.monotonic(), self.produced
             self._produce_whole(lambda emit, emit_many: self.shaper.transaction(txn, changes, emit, emit_many))
+            log.info(
+                "large transaction in Kafka",
+                xid=txn.xid,
+                changes=txn.change_count,
+                messages=self.produced - produced,
+                seconds=round(time.monotonic() - began, 2),
+            )
         else:
             acked = self._acked(progress, entry)
             emit_many = self._producing_many(acked, entry)

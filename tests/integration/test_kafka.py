@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import os
 import signal
 import subprocess
@@ -107,6 +108,10 @@ def test_committed_changes_arrive_in_order_with_tombstones_and_transactions(
             per_txn[e.value["transaction"]["id"]] = per_txn.get(e.value["transaction"]["id"], 0) + 1
     assert {k: v["event_count"] for k, v in ends.items()} == per_txn  # and no END for a transaction without events
     assert run.stop() == 0
+    # With the threshold of 3, the transactions of 3 changes or more went to Kafka whole, the others message by message.
+    logged = [json.loads(line) for line in run.log.read_text().splitlines() if "large transaction in Kafka" in line]
+    large = {xid for xid, changes in model.committed if len(changes) >= 3} if whole else set()
+    assert {entry["xid"] for entry in logged} == large
     # The confirmed position covers the last commit: Kafka acknowledged everything.
     last_commit = max(e.value["source"]["commit_lsn"] for e in data_events(run.events, run.prefix) if e.value)
     confirmed = db.execute(
