@@ -218,7 +218,7 @@ def whole_setup(
         emit_many(records[1:])
 
     monkeypatch.setattr(sink.shaper, "transaction", transaction)
-    return sink, single, made, lambda count, end: SimpleNamespace(change_count=count, end_lsn=end, commit_time=0)
+    return sink, single, made, lambda count, end: SimpleNamespace(xid=7, change_count=count, end_lsn=end, commit_time=0)
 
 
 def test_a_large_transaction_is_produced_whole_after_every_earlier_message(monkeypatch: pytest.MonkeyPatch) -> None:
