@@ -82,13 +82,16 @@ class SnapshotBatch:
         return self.marker
 
 
+Plain = tuple[str, bytes | None, bytes | None]  # a Kafka record without headers: topic, key, value
+
+
 @dataclass(frozen=True, slots=True)
 class Shaped:
     """Whole transactions made into Kafka records (topic, key, value) in one go; confirmable at ``end_lsn`` once
     every record is acknowledged. ``commit_lsn``: the last transaction's; ``commit_times``: each one's
     (PostgreSQL µs), in commit order."""
 
-    records: list[tuple[str, bytes | None, bytes | None]]
+    records: list[Plain]
     commit_lsn: int
     end_lsn: int
     commit_times: list[int]

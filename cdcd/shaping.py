@@ -47,7 +47,7 @@ from cdcd.avro.metadata import (
     message_value_schema,
     transaction_fields_encoder,
 )
-from cdcd.batches import SnapshotBatch, Transaction
+from cdcd.batches import Plain, SnapshotBatch, Transaction
 from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import Change, LogicalMessage, Row, RowChange, Truncate, Type
 from cdcd.plan import Plans, RelationPlan, Wire
@@ -62,7 +62,7 @@ Headers = list[tuple[str, str | bytes | None]]
 Record = tuple[str, bytes | None, bytes | None, Headers | None]  # topic, key, value, headers
 Emit = Callable[[str, bytes | None, bytes | None, Headers | None], None]  # takes a record
 # takes records without headers, in order (what the compiled shaper made in one call): fewer Python calls than emit
-EmitMany = Callable[[list[tuple[str, bytes | None, bytes | None]]], None]
+EmitMany = Callable[[list[Plain]], None]
 
 _RUN = 512  # changes per call of the compiled shaper: bounds the list of changes held at once
 _TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._-]")
@@ -292,7 +292,7 @@ class EventShaper:
         while start < len(run):
             total, dco = order.total, order.counts[topic]
             args = (source, now_us, order.id, total, dco, topic, wire.key_header, wire.value_header)
-            records: list[tuple[str, bytes | None, bytes | None]] = []  # with emit_many: what this call made
+            records: list[Plain] = []  # with emit_many: what this call made
             out = emit if emit_many is None else records
             stop, counts = rows(run, start, *args, plan.key_positions, self.tombstones, out)
             if records:

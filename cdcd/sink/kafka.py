@@ -22,7 +22,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from cdcd.avro.schema import column_changes
-from cdcd.batches import Shaped, SnapshotBatch, Transaction
+from cdcd.batches import Plain, Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.logging import library_logger
 from cdcd.lsn import pg_to_unix_us
@@ -279,7 +279,7 @@ class KafkaSink(AtLeastOnce):
     def _producing_many(self, acked: Acked | None, entry: Entry | None) -> EmitMany:
         """As ``_producing``'s ``emit`` for each record of a list, inlined: fewer Python calls per record."""
 
-        def emit_many(records: list[tuple[str, bytes | None, bytes | None]]) -> None:
+        def emit_many(records: list[Plain]) -> None:
             if entry is not None:
                 entry.outstanding += len(records)  # sealed later: acknowledgements meanwhile cannot finish it
             producer = self.producer

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException
 
-from cdcd.batches import Shaped, SnapshotBatch, Transaction
+from cdcd.batches import Plain, Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import Change, LogicalMessage
@@ -42,7 +42,7 @@ def _not_started(topic: str, key: bytes | None, value: bytes | None, headers: He
     raise RuntimeError("the exactly-once sink writes only once its session started (Sink.committed)")
 
 
-def _not_started_many(records: list[tuple[str, bytes | None, bytes | None]]) -> None:
+def _not_started_many(records: list[Plain]) -> None:
     _not_started("", None, None, None)
 
 
