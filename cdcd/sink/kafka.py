@@ -189,7 +189,7 @@ class KafkaSink(AtLeastOnce):
         shutdown crashed the process (SIGSEGV after a SASL authentication failure). What was not acknowledged
         by now is dropped: it was never confirmed, so the next run sends it again."""
         producers = [self.producer] if hasattr(self, "producer") else []  # exactly-once: made with its session
-        if self._whole_producer is not None and self._whole_producer not in producers:
+        if self._whole_producer is not None:  # never self.producer here: _produce_whole restores that
             producers.append(self._whole_producer)
         for producer in producers:
             producer.purge()
