@@ -56,7 +56,7 @@ integration: venv stack avroread
 
 # The whole suite: lint, types, unit tests, integration tests on every PG major in PG_VERSIONS, with the compiled
 # row stage (cdcd._native); on the Python reference alone (CDCD_IMPL=python), the unit tests (bar the parity
-# tests and the lane's, which need both) and the integration tests of the row path (Kafka, snapshots, streaming,
+# tests, the lane's and early encoding's, which need the compiled module) and the integration tests of the row path (Kafka, snapshots, streaming,
 # the Go reader) on PG_FULL. What needs no stack runs while the stack starts (-O: each part's output in one piece).
 ROW_PATH_TESTS := tests/integration/test_kafka.py tests/integration/test_snapshot.py \
 	tests/integration/test_tail_streaming.py tests/integration/test_avroread.py
@@ -72,7 +72,7 @@ unit-native: venv
 
 unit-python: venv
 	CDCD_IMPL=python $(BIN)/pytest tests/unit -q -p no:cacheprovider --ignore tests/unit/test_native.py \
-		--ignore tests/unit/test_lane.py
+		--ignore tests/unit/test_lane.py --ignore tests/unit/test_encoded.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis cdcd.egg-info

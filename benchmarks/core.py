@@ -51,10 +51,9 @@ from typing import BinaryIO
 
 import cdcd.native
 from cdcd.assembly import Assembler, BufferPool
-from cdcd.batches import Shaped, Transaction
+from cdcd.batches import Buffered, Shaped, Transaction
 from cdcd.config import parse_size
 from cdcd.pgoutput import Decoder
-from cdcd.pgoutput.messages import Change
 from cdcd.plan import Plans
 from cdcd.progress import Progress
 from cdcd.replication.core import Event, ReplicationCore, Write
@@ -344,7 +343,7 @@ class Stages:
 
         return self.result("jsonl sink (/dev/null)", timed(self.repeat, run))
 
-    def drive(self, limit: int, write: Callable[[Transaction, Iterator[Change]], None]) -> None:
+    def drive(self, limit: int, write: Callable[[Transaction, Iterator[Buffered]], None]) -> None:
         """Every frame through ``ReplicationCore.frame``; each ``Write`` event to ``write``."""
         core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Progress())
         frame = core.frame

@@ -1,14 +1,62 @@
-"""What the replication core hands to a sink: a committed ``Transaction``, a ``SnapshotBatch`` of rows, or
-transactions already ``Shaped`` into records (by the compiled lane, ``cdcd.replication.lane``)."""
+"""What the replication core hands to a sink: a committed ``Transaction`` (its changes decoded, or encoded as
+they arrived in ``EncodedRun``s), a ``SnapshotBatch`` of rows, or transactions already ``Shaped`` into records
+(by the compiled lane, ``cdcd.replication.lane``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from cdcd.lsn import pg_to_unix_us
-from cdcd.pgoutput.messages import Change, Relation, Row
+from cdcd.pgoutput.decoder import Decoder
+from cdcd.pgoutput.messages import Change, Relation, Row, RowChange
+
+
+@dataclass(eq=False, slots=True)
+class EncodedRun:
+    """Consecutive changes of one table version, encoded as they arrived (``EventShaper.early``) instead of kept
+    decoded: ``rows`` (a cdcd._native ``Encoded``) holds each one's key, before and after, and its pgoutput
+    message; what depends on the transaction is spliced in at commit. ``encoder``: the ``EnvelopeEncoder`` that
+    encoded them; ``encoding``: the server's, to decode the messages again (``changes``)."""
+
+    relation: Relation
+    encoder: object
+    rows: Any
+    encoding: str
+
+    @property
+    def count(self) -> int:
+        return len(self.rows)
+
+    @property
+    def nbytes(self) -> int:
+        size: int = self.rows.nbytes
+        return size
+
+    def changes(self) -> list[RowChange]:
+        """The changes decoded again, as the decoder made them on arrival (for a stage that needs values)."""
+        decoder = Decoder(self.encoding)
+        decoder.relations[self.relation.relation_id] = self.relation
+        out: list[RowChange] = []
+        for payload, wal_lsn, in_stream in self.rows.messages():
+            decoder.in_stream = in_stream
+            change = decoder.decode(payload, wal_lsn)
+            assert isinstance(change, RowChange)
+            out.append(change)
+        return out
+
+
+Buffered = Change | EncodedRun  # what a transaction's buffer holds
+
+
+def decoded(changes: Iterable[Buffered]) -> Iterator[Change]:
+    """``changes`` with every encoded run decoded again, for a stage that needs the values."""
+    for change in changes:
+        if isinstance(change, EncodedRun):
+            yield from change.changes()
+        else:
+            yield change
 
 
 class Changes(Protocol):
@@ -16,7 +64,7 @@ class Changes(Protocol):
 
     @property
     def count(self) -> int: ...
-    def __iter__(self) -> Iterator[Change]: ...
+    def __iter__(self) -> Iterator[Buffered]: ...
     def close(self) -> None: ...
 
 
@@ -37,7 +85,7 @@ class Transaction:
     def change_count(self) -> int:
         return self.buffer.count
 
-    def changes(self) -> Iterator[Change]:
+    def changes(self) -> Iterator[Buffered]:
         try:
             yield from self.buffer
         finally:
@@ -47,10 +95,15 @@ class Transaction:
         self.buffer.close()
 
 
-def observed(changes: Iterator[Change], observe: Callable[[Change], None]) -> Iterator[Change]:
-    """``changes``, each shown to ``observe`` as it passes (the snapshot window watching the stream)."""
+def observed(changes: Iterator[Buffered], observe: Callable[[Change], None]) -> Iterator[Buffered]:
+    """``changes``, each shown to ``observe`` as it passes (the snapshot window watching the stream); an
+    encoded run's changes decoded again for it."""
     for change in changes:
-        observe(change)
+        if isinstance(change, EncodedRun):
+            for each in change.changes():
+                observe(each)
+        else:
+            observe(change)
         yield change
 
 

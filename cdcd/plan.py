@@ -50,7 +50,7 @@ class JsonShape:
 
 
 class RelationPlan:
-    __slots__ = ("filter", "filtered", "json", "key_positions", "relation", "table", "wire")
+    __slots__ = ("encoder", "filter", "filtered", "json", "key_positions", "relation", "table", "wire")
 
     def __init__(self, relation: Relation) -> None:
         self.relation = relation
@@ -58,7 +58,8 @@ class RelationPlan:
         self.key_positions = tuple(i for i, c in enumerate(relation.columns) if c.is_key)
         self.filtered = False  # whether ``filter`` was settled for this version
         self.filter: FilterRules | None = None  # None once settled: no filter applies
-        self.wire: Wire | None = None
+        self.encoder: EnvelopeEncoder | None = None  # made before ``wire`` when changes are encoded as they arrive
+        self.wire: Wire | None = None  # its encoder is ``encoder``
         self.json: JsonShape | None = None
 
 

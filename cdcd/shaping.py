@@ -47,9 +47,10 @@ from cdcd.avro.metadata import (
     message_value_schema,
     transaction_fields_encoder,
 )
-from cdcd.batches import Plain, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, EncodedRun, Plain, SnapshotBatch, Transaction
 from cdcd.lsn import pg_to_unix_us
-from cdcd.pgoutput.messages import Change, LogicalMessage, Row, RowChange, Truncate, Type
+from cdcd.native import native as _native
+from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Type
 from cdcd.plan import Plans, RelationPlan, Wire
 
 # Debezium's op codes for row changes; truncate is "t", a logical decoding message "m", a snapshot row "r".
@@ -144,14 +145,18 @@ class EventShaper:
         self.events: Counter[tuple[str, str]] = Counter()
         self.last_commit_lsn: int | None = None  # of the last transaction shaped: Debezium's source.sequence
         self._fixed: dict[str, tuple[bytes, bytes]] = {}  # topic -> wire headers of fixed-schema events
+        self.encoding = "utf-8"  # the server's
+        # early's last table version: (relation, its encoder, compiled envelope (None: not encoded), key positions)
+        self._early: tuple[Relation, Any, Any, list[int]] | None = None
 
-    def start_session(self, database: str, types: Mapping[int, Type], plans: Plans) -> None:
-        self.database, self.types, self.plans = database, types, plans
+    def start_session(self, database: str, types: Mapping[int, Type], plans: Plans, encoding: str = "utf-8") -> None:
+        self.database, self.types, self.plans, self.encoding = database, types, plans, encoding
+        self._early = None
 
     # -- what goes in --------------------------------------------------------------------------------
 
     def transaction(
-        self, txn: Transaction, changes: Iterable[Change], emit: Emit, emit_many: EmitMany | None = None
+        self, txn: Transaction, changes: Iterable[Buffered], emit: Emit, emit_many: EmitMany | None = None
     ) -> None:
         """Emit the records of a committed transaction, in order; ``changes`` are its changes (``txn.changes()``).
         With ``emit_many``, what the compiled shaper makes goes to it, a list at a time."""
@@ -198,7 +203,9 @@ class EventShaper:
                 continue
             if run:
                 self._run(run, plan, wire, source, order, now_us, emit, emit_many)  # type: ignore[arg-type]
-            if isinstance(change, Truncate):
+            if isinstance(change, EncodedRun):
+                self._encoded(change, source, order, now_us, emit, emit_many)
+            elif isinstance(change, Truncate):
                 self._truncate(change, source, order, now_us, emit)
             else:
                 assert isinstance(change, LogicalMessage)
@@ -308,6 +315,61 @@ class EventShaper:
             start = stop + 1
         run.clear()
 
+    def _encoded(  # noqa: PLR0917 - as _run
+        self,
+        encoded: EncodedRun,
+        source: SourceInfo,
+        order: Order,
+        now_us: int,
+        emit: Emit,
+        emit_many: EmitMany | None,
+    ) -> None:
+        """Emit a run of changes encoded as they arrived (``early``): their records, this transaction's fields
+        spliced in. Encoded by another encoder than the table version's now (made again since): decoded again."""
+        plan = self.plans.get(encoded.relation)
+        wire = plan.wire or self.wire(plan)
+        if wire.encoder is not encoded.encoder:
+            self._run(encoded.changes(), plan, wire, source, order, now_us, emit, emit_many)
+            return
+        topic, total, dco = wire.topic, order.total, order.counts[wire.topic]
+        records: list[Plain] = []
+        args = (source, now_us, order.id, total, dco, topic, wire.key_header, wire.value_header, self.tombstones)
+        counts = wire.encoder.envelope.splice(encoded.rows, *args, records)
+        if emit_many is not None:
+            emit_many(records)
+        else:
+            for record in records:
+                emit(*record, None)
+        made = sum(counts)
+        order.total, order.counts[topic] = total + made, dco + made
+        for op, count in zip("cud", counts, strict=True):
+            if count:
+                self.events[plan.table, op] += count
+
+    def early(self, change: RowChange, payload: bytes, run: EncodedRun | None) -> EncodedRun | None:
+        """Encode a row change as it arrives (``cdcd.assembly.buffer.Early``), appended to ``run`` or a new run:
+        its key, before and after, which no transaction field changes; ``transaction`` splices those in at commit.
+        None: the change stays decoded (its table has a row filter, or no compiled envelope in this layout or
+        implementation, or the compiled code leaves the change to ``_row``: a key change, a value it refuses)."""
+        relation = change.relation
+        cached = self._early
+        if cached is None or cached[0] is not relation:
+            cached = self._early = self._early_plan(relation)
+        _, encoder, envelope, positions = cached
+        if envelope is None:
+            return None
+        if run is None or run.encoder is not encoder:
+            assert _native is not None
+            run = EncodedRun(relation, encoder, _native.Encoded(), self.encoding)
+        return run if envelope.prepare(change, payload, positions, run.rows) else None
+
+    def _early_plan(self, relation: Relation) -> tuple[Relation, Any, Any, list[int]]:
+        plan = self.plans.get(relation)
+        if plan.filter is not None or self.debezium or not self.native:
+            return relation, None, None, []
+        encoder = self.encoder(plan)
+        return relation, encoder, encoder.envelope, list(plan.key_positions)
+
     def _event(  # noqa: PLR0917 - one event's every part
         self,
         plan: RelationPlan,
@@ -338,15 +400,25 @@ class EventShaper:
             self.events[plan.table, "t"] += 1
             emit(wire.topic, None, wire.value_header + value, None)
 
+    def encoder(self, plan: RelationPlan) -> EnvelopeEncoder:
+        """The plan's encoder, made once per table version (before its schemas are registered, by ``early``)."""
+        if plan.wire is not None:
+            return plan.wire.encoder
+        if plan.encoder is None:
+            schemas = build_schemas(plan.relation, self.prefix, dict(self.types), debezium=self.debezium)
+            plan.encoder = EnvelopeEncoder(schemas, native=self.native)
+        return plan.encoder
+
     def wire(self, plan: RelationPlan) -> Wire:
         """Build the plan's Kafka part: schemas registered, topic made."""
         relation = plan.relation
-        schemas = build_schemas(relation, self.prefix, dict(self.types), debezium=self.debezium)
+        encoder = self.encoder(plan)
+        schemas = encoder.schemas
         topic = topic_name(self.prefix, relation.schema, relation.name)
         self.registry.ensure_topic(topic)
         key_header = None if schemas.key is None else wire_header(self.registry.schema_id(f"{topic}-key", schemas.key))
         value_header = wire_header(self.registry.schema_id(f"{topic}-value", schemas.envelope))
-        plan.wire = Wire(topic, EnvelopeEncoder(schemas, native=self.native), key_header, value_header)
+        plan.wire = Wire(topic, encoder, key_header, value_header)
         return plan.wire
 
     def shaped(self, last_commit_lsn: int, events: list[tuple[str, str, int]]) -> None:
@@ -407,13 +479,16 @@ class EventShaper:
         return headers
 
 
-def _first_lsn(changes: Iterable[Change]) -> tuple[Iterable[Change], int | None]:
+def _first_lsn(changes: Iterable[Buffered]) -> tuple[Iterable[Buffered], int | None]:
     """The changes again (their first one looked at) and the LSN of the first one."""
     it = iter(changes)
     first = next(it, None)
     if first is None:
         return (), None
-    lsn = first.lsn if isinstance(first, LogicalMessage) else first.wal_lsn
+    if isinstance(first, EncodedRun):
+        lsn = first.changes()[0].wal_lsn
+    else:
+        lsn = first.lsn if isinstance(first, LogicalMessage) else first.wal_lsn
     return itertools.chain((first,), it), lsn
 
 

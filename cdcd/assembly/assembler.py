@@ -10,7 +10,9 @@
 * Non-transactional logical decoding messages are emitted at once.
 
 All buffers share one BufferPool, so memory stays under its limit whatever the transactions' sizes: past it
-the largest buffer spills to a file (the one I/O of this stage, ``cdcd.assembly.buffer``).
+the largest buffer spills to a file (the one I/O of this stage, ``cdcd.assembly.buffer``). With ``early`` (the
+shaper's ``EventShaper.early``), row changes are buffered encoded, which is smaller and leaves less to do at
+commit.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cdcd.assembly.buffer import BufferPool, ChangeBuffer
+from cdcd.assembly.buffer import BufferPool, ChangeBuffer, Early
 from cdcd.batches import Transaction
 from cdcd.pgoutput.messages import (
     Begin,
@@ -63,8 +65,9 @@ class _Open:
 
 
 class Assembler:
-    def __init__(self, pool: BufferPool) -> None:
+    def __init__(self, pool: BufferPool, early: Early | None = None) -> None:
         self.pool = pool
+        self.early = early
         self._current: _Open | None = None  # plain or prepared transaction between its begin and end
         self._streams: dict[int, _Open] = {}  # streamed transactions by top-level xid
         self._stream: _Open | None = None  # the one whose block is open
@@ -76,6 +79,11 @@ class Assembler:
     def in_transaction(self) -> bool:
         """True between Begin and Commit of a plain transaction: its end LSN is not confirmable yet."""
         return self._current is not None
+
+    def open_buffer(self) -> ChangeBuffer | None:
+        """The buffer a row change arriving now goes to (None: no transaction open)."""
+        target = self._stream or self._current
+        return None if target is None else target.buffer
 
     @property
     def open_streams(self) -> int:
@@ -90,11 +98,19 @@ class Assembler:
         self._streams.clear()
         self._prepared.clear()
 
-    def feed(self, message: Message) -> Event | None:
-        """Take one message; return a finished transaction or a non-transactional message, if any."""
+    def feed(self, message: Message, payload: bytes | None = None) -> Event | None:
+        """Take one message (a row change's pgoutput bytes: ``payload``, to encode it early); return a finished
+        transaction or a non-transactional message, if any."""
         if message.__class__ is RowChange or message.__class__ is Truncate:  # the per-row path
             target = self._stream or self._current or self._target(message)
-            target.buffer.append(message)
+            early = self.early
+            if (
+                early is None
+                or payload is None
+                or message.__class__ is not RowChange
+                or not target.buffer.append_encoded(message, payload, early)
+            ):
+                target.buffer.append(message)
             return None
         handler = _HANDLERS.get(type(message))
         if handler is None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cdcd.assembly import Assembler
-from cdcd.batches import Transaction, observed
+from cdcd.batches import Buffered, Transaction, observed
 from cdcd.filters import RowFilter
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Change, LogicalMessage, Message, RowChange, StreamAbort
@@ -43,7 +43,7 @@ CAUGHT_UP_STATUS_S = 0.05  # the least time between two status updates sent beca
 @dataclass(frozen=True, slots=True)
 class Write:
     transaction: Transaction
-    changes: Iterator[Change]
+    changes: Iterator[Buffered]
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +161,7 @@ class ReplicationCore:
                 if self.rowfilter is not None:
                     message = self.rowfilter.apply(message)
                 if message is not None:
-                    assembler.feed(message)  # a row change never finishes anything
+                    assembler.feed(message, payload)  # a row change never finishes anything
                 return None
             assert message is not None
             if message.__class__ is LogicalMessage and not self._keep(message):

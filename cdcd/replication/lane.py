@@ -8,6 +8,11 @@ without a row filter, with a compiled envelope; no snapshot window watching), by
 first transaction it leaves to them: the caller feeds that one to ``ReplicationCore.frame`` and tries the lane
 again at the next Begin. What the lane made goes to the sink as one ``Shaped`` unit (one progress entry).
 
+Inside a transaction the lane does not take (a large or streamed one above all), ``Lane.encode`` does what the
+core, the decoder and ``EventShaper.early`` do for its row changes: from the second change of a run of one
+table's changes on, the compiled code encodes them from the frames straight into that run, with none of the
+per-change Python.
+
 The Python stages stay the specification: ``tests/unit/test_lane.py`` runs both on the same frames and compares
 every record. Without the compiled module (``CDCD_IMPL=python``) or in Debezium's layout there is no lane.
 """
@@ -18,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cdcd import __version__
+from cdcd.assembly.buffer import SPILL_BATCH
 from cdcd.batches import Shaped
 from cdcd.native import native
 from cdcd.replication.core import Event, ReplicationCore
@@ -28,12 +34,18 @@ from cdcd.shaping import EventShaper
 MAX_CHANGES = 10_000
 BATCH_RECORDS = 4_096  # records made per call, at most (plus one transaction's): produced before the next call
 _BEGIN = ord("B")
+_CHANGES = frozenset(b"IUD")
 _PAYLOAD = 25  # XLogData header: 'w', data start, WAL end, send time
 
 
 def begins(frame: bytes) -> bool:
     """Whether ``frame`` is an XLogData frame holding a Begin: where the lane can start."""
     return len(frame) > _PAYLOAD and frame[_PAYLOAD] == _BEGIN
+
+
+def changes(frame: bytes) -> bool:
+    """Whether ``frame`` is an XLogData frame holding an Insert, Update or Delete."""
+    return len(frame) > _PAYLOAD and frame[_PAYLOAD] in _CHANGES
 
 
 class Lane:
@@ -86,6 +98,45 @@ class Lane:
         shaper.shaped(last_commit, events)
         return stop, Shaped(records, last_commit, end_lsn, commit_times)
 
+    def encode(self, frames: list[bytes], start: int) -> int:
+        """The row changes of ``frames[start:]`` that continue the open transaction's growing encoded run (its
+        table, its subtransaction), encoded into it by the compiled code as the core would add them one by one
+        (``EventShaper.early``); returns the index of the first frame left to the core."""
+        core = self.core
+        buffer = core.assembler.open_buffer()
+        run = None if buffer is None else buffer.growing_run()
+        if run is None:
+            return start
+        assert buffer is not None
+        relation = run.relation
+        xid = buffer.last_xid
+        pool = buffer.pool
+        room = pool.memory_limit - pool.memory_bytes
+        if (
+            core.decoder.relations.get(relation.relation_id) is not relation
+            or (xid is None) == core.decoder.in_stream
+            or room <= 0
+        ):
+            return start
+        positions = self.shaper.plans.get(relation).key_positions
+        before = run.nbytes
+        envelope = run.encoder.envelope  # type: ignore[attr-defined]
+        stop, taken, received = envelope.prepare_frames(
+            frames,
+            start,
+            relation.relation_id,
+            len(relation.columns),
+            xid,
+            positions,
+            SPILL_BATCH - run.count,
+            room,
+            run.rows,
+        )
+        if taken:
+            buffer.took(taken, run.nbytes - before)
+            core.progress.received(received)
+        return int(stop)
+
     def _add(self, relation_id: int) -> bool:
         """Settle whether the lane takes the table: True when the lane should try again."""
         relation = self.core.decoder.relations.get(relation_id)
@@ -126,6 +177,11 @@ def carry_out(
             index, shaped = laned[0].take(frames, index)
             if shaped is not None:
                 laned[1](shaped)
+                continue
+        elif laned is not None and changes(data):
+            taken = laned[0].encode(frames, index)
+            if taken > index:
+                index = taken
                 continue
         event = frame(data)
         index += 1

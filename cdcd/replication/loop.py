@@ -201,7 +201,9 @@ class ReplicationLoop:
                 self.notifier.ready(f"streaming from slot {source.slot}")
                 keep_alive = partial(self._keep_alive, walsender, core)
                 self.sink.start_session(
-                    SessionContext(info.database, decoder.types, keep_alive, plans, *self._snapshot_hooks())
+                    SessionContext(
+                        info.database, decoder.types, keep_alive, plans, *self._snapshot_hooks(), info.encoding
+                    )
                 )
                 self._stream(walsender, core)
             finally:
@@ -273,6 +275,8 @@ class ReplicationLoop:
         core.next_status = time.monotonic() + core.status_interval_s
         act, sink = self._act, self.sink
         laned = self._laned(core)
+        if laned is not None:  # a sink that takes what the lane makes takes changes encoded as they arrive too
+            core.assembler.early = laned[0].shaper.early
         while not self.stop.is_set():
             wait = min(1.0, core.next_status - time.monotonic(), sink.wake_in())
             frames = walsender.read(timeout=max(0.0, wait))

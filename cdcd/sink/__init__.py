@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from cdcd.batches import Shaped, SnapshotBatch, Transaction
-from cdcd.pgoutput.messages import Change, LogicalMessage, Type
+from cdcd.batches import Buffered, Shaped, SnapshotBatch, Transaction
+from cdcd.pgoutput.messages import LogicalMessage, Type
 from cdcd.plan import Plans
 from cdcd.progress import Progress
 from cdcd.shaping import EventShaper
@@ -51,6 +51,7 @@ class SessionContext:
     plans: Plans = field(default_factory=Plans)  # the session's table plans, shared with the row filter
     snapshot_state: Callable[[], dict[str, Any] | None] = lambda: None  # committed with the data (exactly-once)
     snapshot_committed: Callable[[], None] = lambda: None  # after such a commit: save the state file too
+    encoding: str = "utf-8"  # the server's (what changes encoded as they arrived are decoded with again)
 
 
 class AtLeastOnce:
@@ -90,7 +91,7 @@ class Sink(Protocol):
     def in_flight(self) -> int: ...
     def ready(self) -> bool: ...
     def start_session(self, session: SessionContext) -> None: ...
-    def write_transaction(self, txn: Transaction, changes: Iterable[Change], progress: Progress) -> None:
+    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Progress) -> None:
         """Write the committed ``txn``, whose changes are ``changes`` (iterated once)."""
 
     def write_message(self, message: LogicalMessage, progress: Progress) -> None: ...

@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
-from cdcd.batches import SnapshotBatch, Transaction
+from cdcd.batches import Buffered, SnapshotBatch, Transaction, decoded
 from cdcd.lsn import format_lsn, pg_to_unix_us
-from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, RowChange, Truncate, Value
+from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Value
 from cdcd.plan import JsonShape, Plans, RelationPlan, RowWriter
 from cdcd.progress import Progress
 from cdcd.sink import AtLeastOnce, SessionContext
@@ -80,12 +80,12 @@ class JsonLinesSink(AtLeastOnce):
             shape = plan.json = JsonShape(_row_writer(relation), heads)
         return plan, shape
 
-    def write_transaction(self, txn: Transaction, changes: Iterable[Change], progress: Progress) -> None:
+    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Progress) -> None:
         entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
         events = self.events
         tail = f',"xid":{txn.xid},"commit_lsn":"{format_lsn(txn.commit_lsn)}","lsn":"'
         lines = []
-        for change in changes:
+        for change in decoded(changes):  # JSON lines need the values (cdcd tail encodes nothing early)
             if isinstance(change, RowChange):
                 table, line = self._row_line(change, tail)
                 lines.append(line)

@@ -22,11 +22,11 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from cdcd.avro.schema import column_changes
-from cdcd.batches import Plain, Shaped, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, Plain, Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.logging import library_logger
 from cdcd.lsn import pg_to_unix_us
-from cdcd.pgoutput.messages import Change, LogicalMessage
+from cdcd.pgoutput.messages import LogicalMessage
 from cdcd.progress import Entry, Progress
 from cdcd.shaping import Emit, EmitMany, EventShaper, Headers
 from cdcd.sink import AtLeastOnce, SessionContext, SinkFailure
@@ -125,10 +125,10 @@ class KafkaSink(AtLeastOnce):
     # -- the Sink protocol ----------------------------------------------------------------------
 
     def start_session(self, session: SessionContext) -> None:
-        self.shaper.start_session(session.database, session.types, session.plans)
+        self.shaper.start_session(session.database, session.types, session.plans, session.encoding)
         self.keep_alive = session.keep_alive
 
-    def write_transaction(self, txn: Transaction, changes: Iterable[Change], progress: Progress) -> None:
+    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Progress) -> None:
         entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
         whole = self.settings.whole_transaction_changes
         if whole and txn.change_count >= whole:

@@ -21,10 +21,10 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException
 
-from cdcd.batches import Plain, Shaped, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, Plain, Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.lsn import format_lsn, pg_to_unix_us
-from cdcd.pgoutput.messages import Change, LogicalMessage
+from cdcd.pgoutput.messages import LogicalMessage
 from cdcd.progress import Entry, Progress
 from cdcd.shaping import Emit, EmitMany, Headers
 from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
@@ -163,7 +163,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def write_transaction(self, txn: Transaction, changes: Iterable[Change], progress: Progress) -> None:
+    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Progress) -> None:
         commit_time = pg_to_unix_us(txn.commit_time) / 1e6
         if txn.commit_lsn <= self._committed.position:
             for _ in changes:  # in Kafka already; shown to a snapshot window as any transaction written

@@ -7,7 +7,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::avro;
+use crate::encoded::Encoded;
 use crate::row::RowWriter;
+use crate::tuple::change_parts;
 
 /// `Envelope(rows, key_rows, connector_name, schema_table, reference_value, reference_key)`: the table's Value
 /// and Key (None: no key) record writers; the encoded constant strings of `source` (connector and topic
@@ -295,6 +297,135 @@ impl Envelope {
         Ok(stop)
     }
 
+    /// Encode a RowChange of this table as it arrives, appended to ``into`` with ``payload`` (its pgoutput
+    /// message): its key, before and after, and unchanged TOAST names, which do not depend on its transaction.
+    /// Returns the bytes appended; 0 for a change left to the shaper (`rows` leaves it too): an update that
+    /// changes the key, a value the compiled code refuses.
+    fn prepare(
+        &self,
+        py: Python<'_>,
+        change: &Bound<'_, PyAny>,
+        payload: &Bound<'_, PyBytes>,
+        key_positions: Vec<usize>,
+        mut into: PyRefMut<'_, Encoded>,
+    ) -> PyResult<usize> {
+        let op = match change.getattr(intern!(py, "op"))?.cast_exact::<PyString>()?.to_str()? {
+            "insert" => 0,
+            "update" => 1,
+            "delete" => 2,
+            _ => return Ok(0),
+        };
+        let old = optional_tuple(change.getattr(intern!(py, "old"))?)?;
+        let new = optional_tuple(change.getattr(intern!(py, "new"))?)?;
+        let old_is_key = change.getattr(intern!(py, "old_is_key"))?.is_truthy()?;
+        let Some((key, images, toast)) = self.parts(py, op, old.as_ref(), new.as_ref(), old_is_key, &key_positions)?
+        else {
+            return Ok(0);
+        };
+        let lsn: i64 = change.getattr(intern!(py, "wal_lsn"))?.extract()?;
+        let in_stream = !change.getattr(intern!(py, "xid"))?.is_none();
+        let before = into.nbytes();
+        into.push(op, in_stream, lsn, key.as_deref(), &images, &toast, payload.as_bytes())?;
+        Ok(into.nbytes() - before)
+    }
+
+    /// What `prepare` does, straight from walsender frames: the Insert, Update and Delete messages of
+    /// ``frames[start:]`` encoded into ``into`` as the decoder and `prepare` would, up to the first frame it
+    /// leaves to them: another message, another table (``relation_id``, ``width`` columns), another
+    /// subtransaction than ``xid`` (None: not in a streamed block), a change `prepare` refuses, malformed
+    /// bytes; or once it took ``max_rows`` changes or ``max_bytes`` bytes. Returns the index of that frame,
+    /// how many changes it took and the highest WAL position their frames reported.
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_frames(
+        &self,
+        py: Python<'_>,
+        frames: &Bound<'_, PyList>,
+        start: usize,
+        relation_id: u32,
+        width: usize,
+        xid: Option<u32>,
+        key_positions: Vec<usize>,
+        max_rows: usize,
+        max_bytes: usize,
+        mut into: PyRefMut<'_, Encoded>,
+    ) -> PyResult<(usize, usize, u64)> {
+        let (mut index, mut taken, mut received) = (start, 0, 0u64);
+        let first_byte = into.nbytes();
+        while index < frames.len() && taken < max_rows && into.nbytes() - first_byte < max_bytes {
+            let frame = frames.get_item(index)?;
+            let Ok(frame) = frame.cast::<PyBytes>() else { break };
+            let Some((header, payload)) = xlogdata(frame.as_bytes()) else {
+                break;
+            };
+            let Some((op, pos)) = change_head(payload, relation_id, xid) else {
+                break;
+            };
+            let Some((old, new, old_is_key)) = change_parts(py, payload, pos, width) else {
+                break;
+            };
+            let Some((key, images, toast)) =
+                self.parts(py, op, old.as_ref(), new.as_ref(), old_is_key, &key_positions)?
+            else {
+                break;
+            };
+            let lsn = i64::try_from(header.0).map_err(|_| PyValueError::new_err("WAL position over 2^63"))?;
+            into.push(op, xid.is_some(), lsn, key.as_deref(), &images, &toast, payload)?;
+            received = received.max(header.0).max(header.1);
+            taken += 1;
+            index += 1;
+        }
+        Ok((index, taken, received))
+    }
+
+    /// The records of ``encoded`` (changes this envelope prepared) appended to ``out`` as ``(topic, key,
+    /// value)``, exactly as `rows` makes them from the changes; returns how many c, u and d events it made.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (encoded, source, ts_us, txn_id, total, dco, topic, key_header, value_header, tombstones, out))]
+    fn splice<'py>(
+        &mut self,
+        py: Python<'py>,
+        encoded: PyRef<'py, Encoded>,
+        source: Bound<'py, PyAny>,
+        ts_us: Option<i64>,
+        txn_id: &str,
+        total: i64,
+        dco: i64,
+        topic: Bound<'py, PyAny>,
+        key_header: Option<&[u8]>,
+        value_header: &[u8],
+        tombstones: bool,
+        out: &Bound<'py, PyList>,
+    ) -> PyResult<[usize; 3]> {
+        let mut counts = [0usize; 3];
+        let mut order = (total, dco);
+        for rec in encoded.records()? {
+            let op = ["c", "u", "d"][usize::from(rec.op)];
+            order = (order.0 + 1, order.1 + 1);
+            let mut value = Vec::with_capacity(value_header.len() + rec.images.len() + 160);
+            value.extend_from_slice(value_header);
+            value.extend_from_slice(rec.images);
+            let block = Some((txn_id, order.0, order.1));
+            let source = SourceArg::Py(&source);
+            self.write_rest(py, &mut value, op, source, Some(rec.lsn), ts_us, block, rec.toast)?;
+            counts[usize::from(rec.op)] += 1;
+            let key = match (key_header, rec.key) {
+                (Some(header), Some(k)) => {
+                    let mut framed = Vec::with_capacity(header.len() + k.len());
+                    framed.extend_from_slice(header);
+                    framed.extend_from_slice(k);
+                    Some(PyBytes::new(py, &framed))
+                }
+                _ => None,
+            };
+            let tombstone = rec.op == 2 && tombstones && key.is_some();
+            out.append((&topic, &key, PyBytes::new(py, &value)))?;
+            if tombstone {
+                out.append((&topic, &key, py.None()))?;
+            }
+        }
+        Ok(counts)
+    }
+
     /// The Avro binary Key record of a row (the Python encoder's ``encode_key``).
     fn encode_key<'py>(&self, py: Python<'py>, row: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         if let (Some(key_rows), Ok(tuple)) = (&self.key_rows, row.cast_exact::<PyTuple>()) {
@@ -331,30 +462,67 @@ impl Envelope {
         ts_us: Option<i64>,
         transaction: Option<(&str, i64, i64)>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let rows = self.rows.get();
         let mut out = Vec::with_capacity(256);
         let mut toast = Vec::new();
-        let mut toast_count = 0i64;
-        match &before {
+        self.write_images(py, before.as_ref(), after.as_ref(), &mut out, &mut toast)?;
+        self.write_rest(py, &mut out, op, source, lsn, ts_us, transaction, &toast)?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// The envelope's ``before`` and ``after`` fields; ``toast`` gets the ``unchanged_toast`` array's items
+    /// (count and names, empty when there are none).
+    pub(crate) fn write_images(
+        &self,
+        py: Python<'_>,
+        before: Option<&Bound<'_, PyTuple>>,
+        after: Option<&Bound<'_, PyTuple>>,
+        out: &mut Vec<u8>,
+        toast: &mut Vec<u8>,
+    ) -> PyResult<()> {
+        let rows = self.rows.get();
+        match before {
             None => out.push(0),
             Some(row) => {
                 out.push(2);
-                rows.write(py, row, &mut out, &mut |_| {
+                rows.write(py, row, out, &mut |_| {
                     Err(PyValueError::new_err("unchanged TOAST value in before"))
                 })?;
             }
         }
-        match &after {
+        let mut names = Vec::new();
+        let mut count = 0i64;
+        match after {
             None => out.push(0),
             Some(row) => {
                 out.push(2);
-                rows.write(py, row, &mut out, &mut |name| {
-                    toast.extend_from_slice(name.as_bytes());
-                    toast_count += 1;
+                rows.write(py, row, out, &mut |name| {
+                    names.extend_from_slice(name.as_bytes());
+                    count += 1;
                     Ok(())
                 })?;
             }
         }
+        if count > 0 {
+            avro::long(toast, count);
+            toast.extend_from_slice(&names);
+        }
+        Ok(())
+    }
+
+    /// Everything of the envelope after ``before`` and ``after``: source, op, ts, transaction and the
+    /// ``unchanged_toast`` items ``toast`` (as `write_images` made them).
+    #[allow(clippy::too_many_arguments)]
+    fn write_rest<'py>(
+        &mut self,
+        py: Python<'py>,
+        out: &mut Vec<u8>,
+        op: &str,
+        source: SourceArg<'_, 'py>,
+        lsn: Option<i64>,
+        ts_us: Option<i64>,
+        transaction: Option<(&str, i64, i64)>,
+        toast: &[u8],
+    ) -> PyResult<()> {
         match source {
             SourceArg::Py(s) => {
                 if !matches!(&self.source, SourceKey::Py(cached) if cached.bind(py).is(s)) {
@@ -380,17 +548,17 @@ impl Envelope {
                 let mut seq = self.seq_prefix.clone();
                 seq.extend_from_slice(format!("\"{lsn}\"]").as_bytes());
                 out.push(2);
-                avro::bytes(&mut out, &seq);
+                avro::bytes(out, &seq);
                 out.extend_from_slice(&self.mid);
                 out.push(2);
-                avro::long(&mut out, lsn);
+                avro::long(out, lsn);
             }
         }
         out.extend_from_slice(&self.tail);
         if !matches!(op, "c" | "u" | "d" | "r" | "t") {
             return Err(PyValueError::new_err("unknown envelope op"));
         }
-        avro::bytes(&mut out, op.as_bytes());
+        avro::bytes(out, op.as_bytes());
         match ts_us {
             None => out.extend_from_slice(&[0, 0]),
             Some(ts) => {
@@ -407,17 +575,46 @@ impl Envelope {
         match transaction {
             None => out.push(0),
             Some((id, total, dco)) => {
-                self.write_transaction_id(&mut out, id);
-                avro::long(&mut out, total);
-                avro::long(&mut out, dco);
+                self.write_transaction_id(out, id);
+                avro::long(out, total);
+                avro::long(out, dco);
             }
         }
-        if toast_count > 0 {
-            avro::long(&mut out, toast_count);
-            out.extend_from_slice(&toast);
-        }
+        out.extend_from_slice(toast);
         out.push(0);
-        Ok(PyBytes::new(py, &out))
+        Ok(())
+    }
+
+    /// A change's key record, before and after fields and ``unchanged_toast`` items, or None when it is left to
+    /// the shaper: an update that changes the key, a value the compiled code refuses.
+    #[allow(clippy::type_complexity)]
+    fn parts(
+        &self,
+        py: Python<'_>,
+        op: u8,
+        old: Option<&Bound<'_, PyTuple>>,
+        new: Option<&Bound<'_, PyTuple>>,
+        old_is_key: bool,
+        key_positions: &[usize],
+    ) -> PyResult<Option<(Option<Vec<u8>>, Vec<u8>, Vec<u8>)>> {
+        let has_key = self.key_rows.is_some();
+        if let (1, true, Some(o), Some(n)) = (op, has_key, old, new) {
+            if old_is_key || differ(o, n, key_positions)? {
+                return Ok(None);
+            }
+        }
+        let key = match (has_key, new.or(old)) {
+            (true, Some(row)) => match self.key_bytes(py, &[], row) {
+                Some(key) => Some(key),
+                None => return Ok(None),
+            },
+            _ => None,
+        };
+        let (mut images, mut toast) = (Vec::with_capacity(128), Vec::new());
+        if self.write_images(py, old, new, &mut images, &mut toast).is_err() {
+            return Ok(None);
+        }
+        Ok(Some((key, images, toast)))
     }
 
     fn set_source(&mut self, s: &Source) {
@@ -454,6 +651,32 @@ impl Envelope {
         }
         out.extend_from_slice(self.txn.as_ref().map_or(&[][..], |(_, b)| b));
     }
+}
+
+/// An XLogData frame's (data start, WAL end) and payload.
+fn xlogdata(frame: &[u8]) -> Option<((u64, u64), &[u8])> {
+    if frame.len() <= 25 || frame[0] != b'w' {
+        return None;
+    }
+    let at = |i: usize| u64::from_be_bytes(frame[i..i + 8].try_into().unwrap_or_default());
+    Some(((at(1), at(9)), &frame[25..]))
+}
+
+/// An Insert, Update or Delete of relation ``relation_id`` by ``xid`` (None: outside a streamed block, no
+/// xid in the message): its op (0 c, 1 u, 2 d) and where its tuples start.
+fn change_head(payload: &[u8], relation_id: u32, xid: Option<u32>) -> Option<(u8, usize)> {
+    let op = match payload.first()? {
+        b'I' => 0,
+        b'U' => 1,
+        b'D' => 2,
+        _ => return None,
+    };
+    let u32_at = |i: usize| Some(u32::from_be_bytes(payload.get(i..i + 4)?.try_into().ok()?));
+    let pos = match xid {
+        Some(x) => (u32_at(1)? == x).then_some(5)?,
+        None => 1,
+    };
+    (u32_at(pos)? == relation_id).then_some((op, pos + 4))
 }
 
 /// A `TxInfo`'s fields: id, total order, data collection order.

@@ -6,7 +6,9 @@
 //!   raises its typed `DecodeError`, with the offset); `read_change`, a whole Insert, Update or Delete.
 //! * `RowWriter`: a compiled row record of `cdcd.avro.encoder`: row tuple in, Avro bytes out.
 //! * `Envelope`: a table's `encode_value` and `encode_key` (`cdcd.avro.encoder.EnvelopeEncoder`), and `rows`, a
-//!   run of its changes shaped and emitted (`cdcd.shaping`); `transaction_event`, a BEGIN or END event.
+//!   run of its changes shaped and emitted (`cdcd.shaping`); `prepare`, a change encoded as it arrives into an
+//!   `Encoded` run, and `splice`, such a run's records with its transaction's fields; `transaction_event`, a
+//!   BEGIN or END event.
 //! * `plain_transactions`: whole plain transactions from walsender frames to Kafka records in one call (the
 //!   lane of `cdcd.replication.lane`), with a `LaneTable` per table.
 //! * `copy_row`: a `COPY ... TO STDOUT` text line to a row (`cdcd.snapshot.copy`), for snapshots.
@@ -16,6 +18,7 @@ use pyo3::prelude::*;
 mod avro;
 mod convert;
 mod copy;
+mod encoded;
 mod envelope;
 mod lane;
 mod row;
@@ -27,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tuple::read_change, m)?)?;
     m.add_class::<row::RowWriter>()?;
     m.add_class::<envelope::Envelope>()?;
+    m.add_class::<encoded::Encoded>()?;
     m.add_function(wrap_pyfunction!(envelope::transaction_event, m)?)?;
     m.add_function(wrap_pyfunction!(copy::copy_row, m)?)?;
     m.add_class::<lane::LaneTable>()?;

@@ -54,11 +54,17 @@ class Outcome:
     error: str | None = None  # what stopped the frames (a value the encoder cannot convert, ...)
 
 
-def stages(tmp_path: Path, parallel: bool, rowfilter: RowFilter | None = None) -> tuple[ReplicationCore, EventShaper]:
+def stages(
+    tmp_path: Path, parallel: bool, rowfilter: RowFilter | None = None, early: bool = False, limit: int = 1 << 20
+) -> tuple[ReplicationCore, EventShaper]:
+    """The core and the shaper; ``early``: changes encoded as they arrive, as the loop wires them with the lane;
+    ``limit``: the buffers' memory (0: every change spilled at once)."""
     decoder = Decoder(parallel_streaming=parallel)
-    core = ReplicationCore(decoder, Assembler(BufferPool(1 << 20, tmp_path)), Progress(), rowfilter=rowfilter)
+    core = ReplicationCore(decoder, Assembler(BufferPool(limit, tmp_path)), Progress(), rowfilter=rowfilter)
     shaper = EventShaper("cdc", Registry(), clock_us=lambda: NOW_US)
     shaper.start_session("shop", decoder.types, rowfilter.plans if rowfilter else Plans())
+    if early:
+        core.assembler.early = shaper.early
     return core, shaper
 
 
@@ -96,26 +102,34 @@ def through(core: ReplicationCore, shaper: EventShaper, frames: list[bytes], lan
 def compare(
     tmp_path: Path, frames: list[bytes], parallel: bool = False, publications: list[Publication] | None = None
 ) -> Outcome:
-    """``publications``: row filters applied by cdcd (None: none)."""
+    """The frames through the core alone, and compared with it: through the lane and the core with changes
+    encoded as they arrive (as the loop runs them), and with encoded changes alone, every change spilled.
+    ``publications``: row filters applied by cdcd (None: none). Returns the lane's outcome."""
     results = []
-    for use_lane in (False, True):
+    for name, use_lane, early, limit in MODES:
         rowfilter = None
         if publications is not None:
             rowfilter = RowFilter(FilterPlan(publications), "publish", lambda t: [], None, Plans())
-        core, shaper = stages(tmp_path / str(use_lane), parallel, rowfilter)
+        core, shaper = stages(tmp_path / name, parallel, rowfilter, early, limit)
         out = through(core, shaper, frames, Lane(core, shaper) if use_lane else None)
         results.append((out, core, shaper))
-    (python, pcore, pshaper), (laned, lcore, lshaper) = results
-    assert laned.records == python.records
-    assert laned.error == python.error
-    assert lshaper.events == pshaper.events
-    assert lshaper.last_commit_lsn == pshaper.last_commit_lsn
-    assert lcore.progress.received_lsn == pcore.progress.received_lsn
-    assert list(lcore.recent_xids) == list(pcore.recent_xids)
-    assert (lcore.stats.transactions, lcore.stats.changes) == (pcore.stats.transactions, pcore.stats.changes)
-    assert lcore.stats.outcomes == pcore.stats.outcomes
-    assert (lcore.stats.laned, pcore.stats.laned) == (laned.laned, 0)
-    return laned
+    python, pcore, pshaper = results[0]
+    assert pcore.stats.laned == 0
+    for out, core, shaper in results[1:]:
+        assert out.records == python.records
+        assert out.error == python.error
+        assert shaper.events == pshaper.events
+        assert shaper.last_commit_lsn == pshaper.last_commit_lsn
+        assert core.progress.received_lsn == pcore.progress.received_lsn
+        assert list(core.recent_xids) == list(pcore.recent_xids)
+        assert (core.stats.transactions, core.stats.changes) == (pcore.stats.transactions, pcore.stats.changes)
+        assert core.stats.outcomes == pcore.stats.outcomes
+        assert core.stats.laned == out.laned
+    return results[1][0]
+
+
+# (name, through the lane, changes encoded as they arrive, buffer memory): the first is the reference
+MODES = [("core", False, False, 1 << 20), ("lane", True, True, 1 << 20), ("encoded, spilled", False, True, 0)]
 
 
 @pytest.mark.parametrize(("messages", "parallel"), CASES)
@@ -215,7 +229,7 @@ def test_frames_cut_anywhere_give_the_same_records(tmp_path: Path, seed: int) ->
     rng = random.Random(seed)
     results = []
     for use_lane in (False, True):
-        core, shaper = stages(tmp_path / str(use_lane), False)
+        core, shaper = stages(tmp_path / str(use_lane), False, early=use_lane)
         lane = Lane(core, shaper) if use_lane else None
         out, start = Outcome(), 0
         while start < len(frames):
