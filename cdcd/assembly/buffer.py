@@ -175,6 +175,7 @@ class ChangeBuffer:
             self._truncate_file(index)
         self.count = index
         self._subxact_first = {s: i for s, i in self._subxact_first.items() if i < index}
+        self.last_xid = None  # the next change goes through append or append_encoded, which note its xid
         return True
 
     def _truncate_file(self, index: int) -> None:

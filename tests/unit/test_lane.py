@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,19 @@ from cdcd.config import Publication
 from cdcd.filters import FilterPlan, RowFilter
 from cdcd.native import native
 from cdcd.pgoutput import Decoder
-from cdcd.pgoutput.messages import Begin, Column, Commit, Op, Relation, Row, RowChange
+from cdcd.pgoutput.messages import (
+    Begin,
+    Column,
+    Commit,
+    Op,
+    Relation,
+    Row,
+    RowChange,
+    StreamAbort,
+    StreamCommit,
+    StreamStart,
+    StreamStop,
+)
 from cdcd.plan import Plans
 from cdcd.progress import Progress
 from cdcd.replication.core import Event, ReplicationCore, Write
@@ -347,3 +359,58 @@ def test_a_call_stops_after_its_share_of_records(tmp_path: Path, monkeypatch: py
     assert compare(tmp_path, frames).laned > count // 2
     assert max(calls) < 5 + 8 * 2 + 2  # one transaction past the share at most: 8 changes, tombstones, BEGIN, END
     assert sum(calls) > 100
+
+
+def streamed_transaction(seed: int, rows: int) -> list[bytes]:
+    """One streamed transaction in four blocks: inserts, updates (some changing the key, some leaving TOAST
+    out), deletes on two tables, savepoints (a new subtransaction now and then; the last, in the middle of the
+    last block, rolled back), a Relation sent again inside a block; then Stream Commit."""
+    rng = random.Random(seed)
+    top, lsn = 900, 0x2000000
+    sub = top
+    messages: list[object] = [ITEMS, NOTES]
+    for block in range(4):
+        messages.append(StreamStart(top, block == 0))
+        for i in range(rows // 4):
+            if rng.random() < 0.01 or (block, i) == (3, rows // 8):  # the last: rolled back, with what follows
+                sub += 1
+            xid = sub
+            row: Row = (str(i), rng.choice(("x", "ü€", None)), str(i * 7), rng.choice((b"\x00\xff", None, ...)))
+            kind = rng.random()
+            lsn += 0x40
+            if kind < 0.6:
+                messages.append(RowChange("insert", ITEMS, None, (*row[:3], b"\x01"), False, xid, lsn, 0))
+            elif kind < 0.8:
+                old = (str(i + 1), None, None, None) if kind < 0.62 else None  # a key change now and then
+                messages.append(RowChange("update", ITEMS, old, row, old is not None, xid, lsn, 0))
+            elif kind < 0.9:
+                messages.append(RowChange("delete", ITEMS, (str(i), None, None, None), None, True, xid, lsn, 0))
+            else:
+                messages.append(RowChange("insert", NOTES, None, (str(i), "n"), False, xid, lsn, 0))
+            if i == rows // 8 and block == 2:
+                messages.append(replace(ITEMS, xid=top))
+        messages.append(StreamStop())
+    messages.append(StreamAbort(top, sub))
+    messages.append(StreamCommit(top, 0, lsn + 0x40, lsn + 0x80, 700_000_000_000_000))
+    return [xlogdata(0x2000000 + n, encode(m)) for n, m in enumerate(messages)]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_streamed_transaction_is_encoded_from_the_frames_as_it_arrives(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its records are the core's (buffered and spilled), and the lane encoded most of its changes straight from
+    the frames (every change that continues a run of its table and subtransaction)."""
+    encoded = []
+    take = Lane.encode
+
+    def counted(self: Lane, frames: list[bytes], start: int) -> int:
+        stop = take(self, frames, start)
+        encoded.append(stop - start)
+        return stop
+
+    monkeypatch.setattr(Lane, "encode", counted)
+    out = compare(tmp_path, streamed_transaction(seed, 2000), parallel=False)
+    assert out.error is None
+    assert len(out.records) > 1500  # 1,750 changes before the rolled back subtransaction, and tombstones
+    assert sum(encoded) > 1000
