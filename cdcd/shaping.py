@@ -305,11 +305,7 @@ class EventShaper:
             if records:
                 assert emit_many is not None
                 emit_many(records)
-            made = sum(counts)
-            order.total, order.counts[topic] = total + made, dco + made
-            for op, count in zip("cud", counts, strict=True):
-                if count:
-                    self.events[plan.table, op] += count
+            self._made(plan, order, topic, counts)
             if stop < len(run):
                 self._row(run[stop], plan, wire, source, order, now_us, emit)
             start = stop + 1
@@ -331,17 +327,24 @@ class EventShaper:
         if wire.encoder is not encoded.encoder:
             self._run(encoded.changes(), plan, wire, source, order, now_us, emit, emit_many)
             return
-        topic, total, dco = wire.topic, order.total, order.counts[wire.topic]
+        topic = wire.topic
         records: list[Plain] = []
-        args = (source, now_us, order.id, total, dco, topic, wire.key_header, wire.value_header, self.tombstones)
-        counts = wire.encoder.envelope.splice(encoded.rows, *args, records)
+        fields = (source, now_us, order.id, order.total, order.counts[topic])
+        counts = wire.encoder.envelope.splice(
+            encoded.rows, *fields, topic, wire.key_header, wire.value_header, self.tombstones, records
+        )
         if emit_many is not None:
             emit_many(records)
         else:
             for record in records:
                 emit(*record, None)
+        self._made(plan, order, topic, counts)
+
+    def _made(self, plan: RelationPlan, order: Order, topic: str, counts: tuple[int, int, int]) -> None:
+        """The compiled shaper made ``counts`` c, u and d events of ``plan``'s table on ``topic``: count them."""
         made = sum(counts)
-        order.total, order.counts[topic] = total + made, dco + made
+        order.total += made
+        order.counts[topic] += made
         for op, count in zip("cud", counts, strict=True):
             if count:
                 self.events[plan.table, op] += count
