@@ -415,7 +415,7 @@ class Stages:
             _expect("Kafka records (BEGIN, row, END per transaction)", count[0], 3 * self.workload.rows)
 
         results = [self.result("1-row txns frame→records (stages)", timed(self.repeat, lambda: run(False)))]
-        if self.native and Lane.available(EventShaper("bench", NullRegistry())):
+        if self.native and Lane.available(EventShaper("bench", NullRegistry()), self.decoder()):
             results.append(self.result("1-row txns frame→records (lane)", timed(self.repeat, lambda: run(True))))
         return results
 

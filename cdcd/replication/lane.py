@@ -26,6 +26,7 @@ from cdcd import __version__
 from cdcd.assembly.buffer import SPILL_BATCH
 from cdcd.batches import Shaped
 from cdcd.native import native
+from cdcd.pgoutput import Decoder
 from cdcd.replication.core import Event, ReplicationCore
 from cdcd.shaping import EventShaper
 
@@ -61,8 +62,10 @@ class Lane:
         self.tables: dict[int, Any] = {}
 
     @staticmethod
-    def available(shaper: EventShaper) -> bool:
-        return native is not None and shaper.native and not shaper.debezium
+    def available(shaper: EventShaper, decoder: Decoder) -> bool:
+        """Whether the lane can stand for the stages: compiled shaping in cdcd's layout, and a UTF-8 server
+        (the compiled code reads pgoutput's text as UTF-8; the server sends it in its own encoding)."""
+        return native is not None and shaper.native and not shaper.debezium and decoder.compiled
 
     def take(self, frames: list[bytes], start: int) -> tuple[int, Shaped | None]:
         """The transactions from ``frames[start]`` (a Begin) on that the lane makes, up to the first it leaves

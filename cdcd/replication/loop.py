@@ -295,7 +295,7 @@ class ReplicationLoop:
     def _laned(self, core: ReplicationCore) -> Laned | None:
         """The compiled lane (``replication/lane.py``) and what writes what it made, when the sink can take that."""
         sink = self.sink
-        if isinstance(sink, ShapingSink) and Lane.available(sink.shaper):
+        if isinstance(sink, ShapingSink) and Lane.available(sink.shaper, core.decoder):
             return Lane(core, sink.shaper, sink.already_written), partial(self._write_shaped, sink)
         return None
 
