@@ -238,8 +238,8 @@ class Decoder:
         fast = _NATIVE_READ_TUPLE if native and utf8 else None
         self._read_tuple: TupleReader = fast or read_tuple
         self._read_change = _native.read_change if fast and _native else None
-        # Whether changes are read by the compiled code: pgoutput sends text in the server's encoding, and the
-        # compiled code reads UTF-8 only (the lane, ``cdcd.replication.lane``, is taken on this condition too).
+        # Whether changes are read by the compiled code, which reads UTF-8 text only (the lane,
+        # ``cdcd.replication.lane``, is taken on this condition too).
         self.compiled = self._read_change is not None
         self._handlers: dict[int, Callable[[_Reader, bytes, int], Message]] = {
             ord("B"): self._begin,

@@ -63,8 +63,8 @@ class Lane:
 
     @staticmethod
     def available(shaper: EventShaper, decoder: Decoder) -> bool:
-        """Whether the lane can stand for the stages: compiled shaping in cdcd's layout, and a UTF-8 server
-        (the compiled code reads pgoutput's text as UTF-8; the server sends it in its own encoding)."""
+        """Whether the lane can stand for the stages: compiled shaping in cdcd's layout, and UTF-8 text on the
+        wire, which the compiled code reads (not a SQL_ASCII database's bytes: ``wire_encoding``)."""
         return native is not None and shaper.native and not shaper.debezium and decoder.compiled
 
     def take(self, frames: list[bytes], start: int) -> tuple[int, Shaped | None]:

@@ -64,9 +64,6 @@ def _server(conn: psycopg.Connection[Any], settings: SourceSettings) -> list[str
         problems.append("max_replication_slots is 0; raise it and restart PostgreSQL")
     if int(_one(conn, "SHOW max_wal_senders")) < 1:
         problems.append("max_wal_senders is 0; raise it and restart PostgreSQL")
-    encoding = conn.info.parameter_status("server_encoding")
-    if encoding not in ("UTF8", "SQL_ASCII", "LATIN1", "WIN1252", "EUC_JP"):
-        problems.append(f"database encoding {encoding} is not supported (use UTF8)")
     return problems
 
 

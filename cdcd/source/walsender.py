@@ -36,8 +36,12 @@ from cdcd.source.protocol import protocol_version_for, quote_ident, start_replic
 T = TypeVar("T")
 log = structlog.get_logger("cdcd.source")
 
-# PostgreSQL encoding names -> Python codecs for the encodings a server database can use.
-_PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "ascii", "LATIN1": "latin-1", "WIN1252": "cp1252", "EUC_JP": "euc_jp"}
+
+def wire_encoding(server_encoding: str) -> str:
+    """The Python codec of the text the walsender sends: PostgreSQL converts it to the client encoding cdcd pins
+    (UTF8, ``SESSION_SETTINGS``) from any database encoding but SQL_ASCII, whose bytes it passes on as they are
+    (ASCII then, and anything else is named as undecodable)."""
+    return "ascii" if server_encoding == "SQL_ASCII" else "utf-8"
 
 
 # wal_status of a slot whose WAL is gone, and PostgreSQL 17's invalidation_reason values
@@ -58,7 +62,7 @@ class SessionInfo:
     database: str
     server_version: int
     protocol_version: int
-    encoding: str
+    encoding: str  # the Python codec of the text the walsender sends (``wire_encoding``)
     slot_created: bool
     streaming: str
     filter_plan: FilterPlan
@@ -134,10 +138,7 @@ class Walsender:
         password = self.settings.read_password()
         self._admin = admin = connect(self._dsn, password)
         server_version = admin.info.server_version
-        server_encoding = admin.info.parameter_status("server_encoding") or "UTF8"
-        encoding = _PY_ENCODINGS.get(server_encoding)
-        if encoding is None:
-            raise SourceError(f"database encoding {server_encoding} is not supported (use UTF8)")
+        encoding = wire_encoding(admin.info.parameter_status("server_encoding") or "UTF8")
         plan = self._prepare_publications(admin)
         self._repl = connect(self._dsn, password, replication="database")
         system = self._command("IDENTIFY_SYSTEM")

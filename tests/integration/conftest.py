@@ -191,11 +191,13 @@ def db(pg: PgServer) -> Iterator[Database]:
 
 
 @contextlib.contextmanager
-def scratch_database(pg: PgServer) -> Iterator[Database]:
-    """A new database on ``pg``, dropped afterwards with its replication slots (their consumers terminated)."""
+def scratch_database(pg: PgServer, encoding: str | None = None) -> Iterator[Database]:
+    """A new database on ``pg`` (in ``encoding``, None: the server's default), dropped afterwards with its
+    replication slots (their consumers terminated)."""
     name = f"t_{uuid.uuid4().hex[:10]}"
+    options = "" if encoding is None else f" TEMPLATE template0 ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C'"
     with psycopg.connect(pg.dsn(), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
+        admin.execute(f"CREATE DATABASE {name}{options}")
     yield Database(pg, name)
     with psycopg.connect(pg.dsn(), autocommit=True) as admin:
         admin.execute(

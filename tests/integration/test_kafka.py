@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from cdcd.lsn import parse_lsn
-from tests.integration.conftest import STACK, Database
+from tests.integration.conftest import STACK, Database, PgServer, scratch_database
 from tests.integration.kafka_harness import Event, Run
 from tests.integration.workload import SCHEMA, Change, Model, Txn, interleaved_workload
 
@@ -372,3 +372,31 @@ def test_replica_identity_full_is_keyed_by_the_primary_key(run: Run, db: Databas
     g = [(e.key, e.value and e.value["op"]) for e in events if e.topic == f"{run.prefix}.public.g"]
     assert g == [(None, "r"), (None, "c"), (None, "u"), (None, "u"), (None, "d"), (None, "d")]  # no tombstones
     assert run.stop() == 0
+
+
+@pytest.mark.parametrize("encoding", ["LATIN1", "WIN1252"])
+def test_text_of_a_database_in_another_encoding_arrives_as_written(
+    pg15: PgServer, kafka_env: dict[str, str], tmp_path: Path, encoding: str
+) -> None:
+    """PostgreSQL converts text to the client encoding cdcd pins (UTF8) in COPY and in pgoutput alike: a LATIN1 or
+    WIN1252 database's text arrives as written, in the initial snapshot, one-row transactions (the lane) and a
+    large transaction (streamed and spilled: encoded as it arrives)."""
+    words = ["café", "Ã©", "naïve", *(["€ 5"] if encoding == "WIN1252" else [])]  # the euro sign: WIN1252 only
+    with scratch_database(pg15, encoding) as database:
+        run = Run(database, kafka_env, tmp_path)
+        try:
+            database.execute(
+                "CREATE TABLE items (id int PRIMARY KEY, v text); CREATE PUBLICATION cdcd_pub FOR TABLE items;"
+                "INSERT INTO items VALUES (0, 'déjà')"
+            )
+            run.start()
+            for i, word in enumerate(words, 1):
+                database.execute("INSERT INTO items VALUES (%s, %s)", [i, word])
+            database.execute("INSERT INTO items SELECT i, 'größe ' || i FROM generate_series(10, 5009) i")
+            topic = f"{run.prefix}.public.items"
+            events = run.consume_until(lambda ev: sum(1 for e in ev if e.topic == topic) >= 5004, 120)
+            got = {e.value["after"]["id"]: e.value["after"]["v"] for e in events if e.topic == topic and e.value}
+            assert got == {0: "déjà", **dict(enumerate(words, 1)), **{i: f"größe {i}" for i in range(10, 5010)}}
+            assert run.stop() == 0
+        finally:
+            run.close()
