@@ -293,11 +293,16 @@ class ChangeBuffer:
         return LogicalMessage(*fields)
 
     def __iter__(self) -> Iterator[Buffered]:
-        """Replay every change in order: the spilled ones from the file, then those in memory."""
+        """Replay every change in order, once: the spilled ones from the file, then those in memory, each let go
+        as it is handed over (a large transaction's memory is given back while it is produced; ``close`` settles
+        the account)."""
         unpack = self._unpack
         for _, offset in list(self._batches):
             yield from map(unpack, self._read_batch(offset))
-        yield from self._memory
+        memory = self._memory
+        memory.reverse()
+        while memory:
+            yield memory.pop()
 
     def close(self) -> None:
         """Release memory and delete the spill file. Safe to call twice."""

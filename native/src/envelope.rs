@@ -398,27 +398,23 @@ impl Envelope {
     ) -> PyResult<[usize; 3]> {
         let mut counts = [0usize; 3];
         let mut order = (total, dco);
+        let mut rest = Vec::with_capacity(192); // the envelope after before/after, made again per record
         for rec in encoded.records()? {
             let op = ["c", "u", "d"][usize::from(rec.op)];
             order = (order.0 + 1, order.1 + 1);
-            let mut value = Vec::with_capacity(value_header.len() + rec.images.len() + 160);
-            value.extend_from_slice(value_header);
-            value.extend_from_slice(rec.images);
+            rest.clear();
             let block = Some((txn_id, order.0, order.1));
             let source = SourceArg::Py(&source);
-            self.write_rest(py, &mut value, op, source, Some(rec.lsn), ts_us, block, rec.toast)?;
+            self.write_rest(py, &mut rest, op, source, Some(rec.lsn), ts_us, block, rec.toast)?;
             counts[usize::from(rec.op)] += 1;
+            // Each bytes object is written in place: one allocation per key and value.
+            let value = joined(py, &[value_header, rec.images, &rest])?;
             let key = match (key_header, rec.key) {
-                (Some(header), Some(k)) => {
-                    let mut framed = Vec::with_capacity(header.len() + k.len());
-                    framed.extend_from_slice(header);
-                    framed.extend_from_slice(k);
-                    Some(PyBytes::new(py, &framed))
-                }
+                (Some(header), Some(k)) => Some(joined(py, &[header, k])?),
                 _ => None,
             };
             let tombstone = rec.op == 2 && tombstones && key.is_some();
-            out.append((&topic, &key, PyBytes::new(py, &value)))?;
+            out.append((&topic, &key, value))?;
             if tombstone {
                 out.append((&topic, &key, py.None()))?;
             }
@@ -651,6 +647,19 @@ impl Envelope {
         }
         out.extend_from_slice(self.txn.as_ref().map_or(&[][..], |(_, b)| b));
     }
+}
+
+/// A bytes object of ``parts`` one after the other.
+fn joined<'py>(py: Python<'py>, parts: &[&[u8]]) -> PyResult<Bound<'py, PyBytes>> {
+    let length = parts.iter().map(|p| p.len()).sum();
+    PyBytes::new_with(py, length, |buf| {
+        let mut at = 0;
+        for part in parts {
+            buf[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        Ok(())
+    })
 }
 
 /// An XLogData frame's (data start, WAL end) and payload.

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from cdcd.assembly import Assembler, BufferPool
 from cdcd.assembly.buffer import SPILL_BATCH
-from cdcd.batches import EncodedRun, Transaction, decoded, observed
+from cdcd.batches import Buffered, EncodedRun, Transaction, decoded, observed
 from cdcd.native import native
 from cdcd.pgoutput.messages import (
     Change,
@@ -57,9 +56,9 @@ def ins(i: int, xid: int | None = None, relation: Relation = REL) -> tuple[RowCh
     return RowChange("insert", relation, None, values, False, xid, 1000 + i, len(message)), message
 
 
-def ids(txn: Transaction) -> list[int]:
+def ids(items: list[Buffered]) -> list[int]:
     out = []
-    for change in decoded(txn.changes()):
+    for change in decoded(items):
         assert isinstance(change, RowChange)
         assert change.new is not None
         out.append(int(str(change.new[0])))
@@ -79,8 +78,8 @@ def commit(a: Assembler) -> Transaction:
     return txn
 
 
-def runs(txn: Transaction) -> list[Any]:
-    return [c for c in txn.buffer if isinstance(c, EncodedRun)]
+def runs(items: list[Buffered]) -> list[EncodedRun]:
+    return [c for c in items if isinstance(c, EncodedRun)]
 
 
 @pytest.fixture(autouse=True)
@@ -92,13 +91,13 @@ def test_changes_are_kept_in_runs_and_decoded_again_as_they_came(tmp_path: Path)
     pool = BufferPool(1 << 20, tmp_path)
     a = Assembler(pool, shaper().early)
     big_stream_txn(a, 10_000)
-    txn = commit(a)
-    made = runs(txn)
+    items = list(commit(a).changes())
+    made = runs(items)
     assert [r.count for r in made] == [SPILL_BATCH, SPILL_BATCH, 10_000 - 2 * SPILL_BATCH]
     again = [c for r in made for c in r.changes()]
     assert again == [ins(i, 100 if i % 3 else 101 + i // 3)[0] for i in range(10_000)]
     assert all(c.relation is REL for c in again)
-    assert ids(txn) == list(range(10_000))
+    assert ids(items) == list(range(10_000))
     assert (pool.memory_bytes, pool.spilled_bytes) == (0, 0)
 
 
@@ -108,9 +107,9 @@ def test_memory_is_bounded_and_spilled_runs_replay_in_order(tmp_path: Path) -> N
     big_stream_txn(a, 3000)
     assert pool.memory_bytes <= 20_000
     assert pool.spilled_bytes > 0
-    txn = commit(a)
-    assert runs(txn)
-    assert ids(txn) == list(range(3000))
+    items = list(commit(a).changes())
+    assert runs(items)
+    assert ids(items) == list(range(3000))
     assert list(tmp_path.glob("*.spill")) == []
 
 
@@ -127,8 +126,8 @@ def test_a_subtransaction_abort_cuts_runs_in_memory_and_in_the_spill_file(
     a.feed(*ins(5000, 100))
     a.feed(StreamStop())
     txn = commit(a)
-    assert ids(txn) == [*range(abort_at), 5000]
     assert txn.change_count == abort_at + 1
+    assert ids(list(txn.changes())) == [*range(abort_at), 5000]
     assert (pool.memory_bytes, pool.spilled_bytes) == (0, 0)
 
 

@@ -106,8 +106,19 @@ class Producer:
     def abort_transaction(self, timeout: float) -> None:
         self._call("abort")
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **options: Any) -> None:
-        assert options.get("on_delivery") is None  # no report per message in a Kafka transaction
+    def produce(  # noqa: PLR0917 - confluent-kafka's signature, which the sink calls positionally
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        assert callback is None  # no report per message in a Kafka transaction
+        assert on_delivery is None
         self.calls.append(("produce", (topic, key, value)))
 
     def poll(self, timeout: float = 0) -> int:

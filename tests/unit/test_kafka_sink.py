@@ -109,12 +109,21 @@ class Queue:
         self.queued: list[tuple[str, bytes | None, bytes | None, Any]] = []
         self.delivered: list[tuple[str, bytes | None, bytes | None]] = []
 
-    def produce(
-        self, topic: str, value: bytes | None, key: bytes | None, on_delivery: Any, headers: Any = None
+    def produce(  # noqa: PLR0917 - confluent-kafka's signature, which the sink calls positionally
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
     ) -> None:
+        assert (partition, timestamp) == (-1, 0)
         if len(self.queued) >= self.room:
             raise BufferError("Local: Queue full")
-        self.queued.append((topic, key, value, on_delivery))
+        self.queued.append((topic, key, value, callback or on_delivery))
 
     def poll(self, timeout: float = 0) -> int:
         queued, self.queued = self.queued, []
