@@ -18,7 +18,7 @@ class EncodedRun:
     """Consecutive changes of one table version, encoded as they arrived (``EventShaper.early``) instead of kept
     decoded: ``rows`` (a cdcd._native ``Encoded``) holds each one's key, before and after, and its pgoutput
     message; what depends on the transaction is spliced in at commit. ``encoder``: the ``EnvelopeEncoder`` that
-    encoded them; ``encoding``: the server's, to decode the messages again (``changes``)."""
+    encoded them; ``encoding``: the stream's text encoding (``wire_encoding``), to decode the messages again."""
 
     relation: Relation
     encoder: object
