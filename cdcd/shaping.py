@@ -145,7 +145,7 @@ class EventShaper:
         self.events: Counter[tuple[str, str]] = Counter()
         self.last_commit_lsn: int | None = None  # of the last transaction shaped: Debezium's source.sequence
         self._fixed: dict[str, tuple[bytes, bytes]] = {}  # topic -> wire headers of fixed-schema events
-        self.encoding = "utf-8"  # the server's
+        self.encoding = "utf-8"  # the stream's text (``wire_encoding``): what encoded runs are decoded with again
         # early's last table version: (relation, its encoder, compiled envelope (None: not encoded), key positions)
         self._early: tuple[Relation, Any, Any, list[int]] | None = None
 

@@ -123,9 +123,9 @@ class ChangeBuffer:
         leaves it decoded (nothing added: ``append`` it)."""
         memory = self._memory
         last = memory[-1] if memory else None
-        full = not isinstance(last, EncodedRun) or last.relation is not change.relation or last.count >= SPILL_BATCH
-        run = None if full else last
-        assert run is None or isinstance(run, EncodedRun)
+        run = self.growing_run()
+        if run is not None and run.relation is not change.relation:
+            run = None
         before = 0 if run is None else run.nbytes
         made = early(change, payload, run)
         if made is None:

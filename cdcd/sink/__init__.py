@@ -51,7 +51,7 @@ class SessionContext:
     plans: Plans = field(default_factory=Plans)  # the session's table plans, shared with the row filter
     snapshot_state: Callable[[], dict[str, Any] | None] = lambda: None  # committed with the data (exactly-once)
     snapshot_committed: Callable[[], None] = lambda: None  # after such a commit: save the state file too
-    encoding: str = "utf-8"  # the server's (what changes encoded as they arrived are decoded with again)
+    encoding: str = "utf-8"  # the stream's text (``wire_encoding``): what encoded runs are decoded with again
 
 
 class AtLeastOnce:
