@@ -8,6 +8,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::avro;
 use crate::encoded::Encoded;
+use crate::lane::{signed, u32_at, xlogdata};
 use crate::row::RowWriter;
 use crate::tuple::change_parts;
 
@@ -354,7 +355,7 @@ impl Envelope {
         while index < frames.len() && taken < max_rows && into.nbytes() - first_byte < max_bytes {
             let frame = frames.get_item(index)?;
             let Ok(frame) = frame.cast::<PyBytes>() else { break };
-            let Some((header, payload)) = xlogdata(frame.as_bytes()) else {
+            let Some((payload, data_start, seen)) = xlogdata(frame.as_bytes()) else {
                 break;
             };
             let Some((op, pos)) = change_head(payload, relation_id, xid) else {
@@ -368,9 +369,9 @@ impl Envelope {
             else {
                 break;
             };
-            let lsn = i64::try_from(header.0).map_err(|_| PyValueError::new_err("WAL position over 2^63"))?;
+            let Some(lsn) = signed(data_start) else { break };
             into.push(op, xid.is_some(), lsn, key.as_deref(), &images, &toast, payload)?;
-            received = received.max(header.0).max(header.1);
+            received = received.max(seen);
             taken += 1;
             index += 1;
         }
@@ -650,7 +651,7 @@ impl Envelope {
 }
 
 /// A bytes object of ``parts`` one after the other.
-fn joined<'py>(py: Python<'py>, parts: &[&[u8]]) -> PyResult<Bound<'py, PyBytes>> {
+pub(crate) fn joined<'py>(py: Python<'py>, parts: &[&[u8]]) -> PyResult<Bound<'py, PyBytes>> {
     let length = parts.iter().map(|p| p.len()).sum();
     PyBytes::new_with(py, length, |buf| {
         let mut at = 0;
@@ -662,15 +663,6 @@ fn joined<'py>(py: Python<'py>, parts: &[&[u8]]) -> PyResult<Bound<'py, PyBytes>
     })
 }
 
-/// An XLogData frame's (data start, WAL end) and payload.
-fn xlogdata(frame: &[u8]) -> Option<((u64, u64), &[u8])> {
-    if frame.len() <= 25 || frame[0] != b'w' {
-        return None;
-    }
-    let at = |i: usize| u64::from_be_bytes(frame[i..i + 8].try_into().unwrap_or_default());
-    Some(((at(1), at(9)), &frame[25..]))
-}
-
 /// An Insert, Update or Delete of relation ``relation_id`` by ``xid`` (None: outside a streamed block, no
 /// xid in the message): its op (0 c, 1 u, 2 d) and where its tuples start.
 fn change_head(payload: &[u8], relation_id: u32, xid: Option<u32>) -> Option<(u8, usize)> {
@@ -680,12 +672,11 @@ fn change_head(payload: &[u8], relation_id: u32, xid: Option<u32>) -> Option<(u8
         b'D' => 2,
         _ => return None,
     };
-    let u32_at = |i: usize| Some(u32::from_be_bytes(payload.get(i..i + 4)?.try_into().ok()?));
     let pos = match xid {
-        Some(x) => (u32_at(1)? == x).then_some(5)?,
+        Some(x) => (u32_at(payload, 1)? == x).then_some(5)?,
         None => 1,
     };
-    (u32_at(pos)? == relation_id).then_some((op, pos + 4))
+    (u32_at(payload, pos)? == relation_id).then_some((op, pos + 4))
 }
 
 /// A `TxInfo`'s fields: id, total order, data collection order.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::envelope::{differ, transaction_fields, Envelope, Source, SourceArg};
+use crate::envelope::{differ, joined, transaction_fields, Envelope, Source, SourceArg};
 use crate::tuple::change_parts;
 
 const XLOGDATA_HEADER: usize = 25; // 'w', data start, WAL end, send time
@@ -210,11 +210,11 @@ pub fn plain_transactions<'py>(
 }
 
 /// An LSN as the Avro long it is written as; the Python stages handle (and name) one past that range.
-fn signed(lsn: u64) -> Option<i64> {
+pub(crate) fn signed(lsn: u64) -> Option<i64> {
     i64::try_from(lsn).ok()
 }
 
-fn u32_at(data: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn u32_at(data: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
 }
 
@@ -224,7 +224,7 @@ fn u64_at(data: &[u8], at: usize) -> Option<u64> {
 
 /// An XLogData frame's payload, its data start and the highest WAL position its header reports (as
 /// `ReplicationCore.frame`).
-fn xlogdata(data: &[u8]) -> Option<(&[u8], u64, u64)> {
+pub(crate) fn xlogdata(data: &[u8]) -> Option<(&[u8], u64, u64)> {
     if data.len() <= XLOGDATA_HEADER || data[0] != b'w' {
         return None;
     }
@@ -374,7 +374,7 @@ fn shape<'py>(
     let metadata = shaping.transaction_topic.filter(|_| !txn.is_empty());
     if let Some((topic, key_header, value_header)) = metadata {
         let (key, value) = transaction_fields("BEGIN", txn_id, ts_ms, None, None);
-        records.push(framed(py, topic, key_header, &key, value_header, &value));
+        records.push(framed(py, topic, key_header, &key, value_header, &value)?);
     }
     for change in txn {
         let table = change.table.get();
@@ -437,7 +437,7 @@ fn shape<'py>(
     if let Some((topic, key_header, value_header)) = metadata {
         per_topic.sort();
         let (key, value) = transaction_fields("END", txn_id, ts_ms, Some(total), Some(&per_topic));
-        records.push(framed(py, topic, key_header, &key, value_header, &value));
+        records.push(framed(py, topic, key_header, &key, value_header, &value)?);
     }
     Ok(Some(Made { records, events }))
 }
@@ -449,11 +449,10 @@ fn framed<'py>(
     key: &[u8],
     value_header: &[u8],
     value: &[u8],
-) -> Record<'py> {
-    let join = |header: &[u8], body: &[u8]| PyBytes::new(py, &[header, body].concat());
-    (
+) -> PyResult<Record<'py>> {
+    Ok((
         topic.clone().into_any(),
-        Some(join(key_header, key)),
-        Some(join(value_header, value)),
-    )
+        Some(joined(py, &[key_header, key])?),
+        Some(joined(py, &[value_header, value])?),
+    ))
 }
