@@ -202,44 +202,46 @@ impl Envelope {
         let records = emit.cast::<PyList>().ok().cloned();
         let mut counts = [0usize; 3];
         let mut order = (total, dco);
+        let mut rest = Vec::with_capacity(192);
         for index in start..changes.len() {
             let change = changes.get_item(index)?;
             let kind = change.getattr(intern!(py, "op"))?;
-            let (op, slot) = match kind.cast_exact::<PyString>()?.to_str()? {
-                "insert" => ("c", 0),
+            let (op, code) = match kind.cast_exact::<PyString>()?.to_str()? {
+                "insert" => ("c", 0u8),
                 "update" => ("u", 1),
                 "delete" => ("d", 2),
                 _ => return Ok((index, counts)),
             };
             let old = optional_tuple(change.getattr(intern!(py, "old"))?)?;
             let new = optional_tuple(change.getattr(intern!(py, "new"))?)?;
-            if op == "u" && key_header.is_some() {
-                if let (Some(o), Some(n)) = (&old, &new) {
-                    if change.getattr(intern!(py, "old_is_key"))?.is_truthy()? || differ(o, n, &key_positions)? {
-                        return Ok((index, counts)); // a key change: a delete and a create, by the shaper
-                    }
-                }
-            }
+            let old_is_key = code == 1 && change.getattr(intern!(py, "old_is_key"))?.is_truthy()?;
+            let Some((key, images, toast)) =
+                self.parts(py, code, old.as_ref(), new.as_ref(), old_is_key, &key_positions)?
+            else {
+                return Ok((index, counts)); // a key change or a value refused: left to the shaper
+            };
             let lsn: i64 = change.getattr(intern!(py, "wal_lsn"))?.extract()?;
-            let key = match (key_header, new.as_ref().or(old.as_ref())) {
-                (Some(header), Some(row)) => match self.key_bytes(py, header, row) {
-                    Some(key) => Some(key),
-                    None => return Ok((index, counts)),
-                },
-                _ => None,
-            };
             let block = Some((txn_id, order.0 + 1, order.1 + 1));
-            let Ok(value) = self.encode(py, op, old, new, SourceArg::Py(&source), Some(lsn), ts_us, block) else {
+            rest.clear();
+            if self
+                .write_rest(
+                    py,
+                    &mut rest,
+                    op,
+                    SourceArg::Py(&source),
+                    Some(lsn),
+                    ts_us,
+                    block,
+                    &toast,
+                )
+                .is_err()
+            {
                 return Ok((index, counts));
-            };
+            }
             order = (order.0 + 1, order.1 + 1);
-            counts[slot] += 1;
-            let mut framed = Vec::with_capacity(value_header.len() + value.as_bytes().len());
-            framed.extend_from_slice(value_header);
-            framed.extend_from_slice(value.as_bytes());
-            let key = key.map(|k| PyBytes::new(py, &k));
-            let value = PyBytes::new(py, &framed);
-            let tombstone = op == "d" && tombstones && key.is_some();
+            counts[usize::from(code)] += 1;
+            let (key, value) = record(py, key_header, key.as_deref(), value_header, &images, &rest)?;
+            let tombstone = code == 2 && tombstones && key.is_some();
             match &records {
                 Some(list) => {
                     list.append((&topic, &key, value))?;
@@ -408,12 +410,7 @@ impl Envelope {
             let source = SourceArg::Py(&source);
             self.write_rest(py, &mut rest, op, source, Some(rec.lsn), ts_us, block, rec.toast)?;
             counts[usize::from(rec.op)] += 1;
-            // Each bytes object is written in place: one allocation per key and value.
-            let value = joined(py, &[value_header, rec.images, &rest])?;
-            let key = match (key_header, rec.key) {
-                (Some(header), Some(k)) => Some(joined(py, &[header, k])?),
-                _ => None,
-            };
+            let (key, value) = record(py, key_header, rec.key, value_header, rec.images, &rest)?;
             let tombstone = rec.op == 2 && tombstones && key.is_some();
             out.append((&topic, &key, value))?;
             if tombstone {
@@ -648,6 +645,24 @@ impl Envelope {
         }
         out.extend_from_slice(self.txn.as_ref().map_or(&[][..], |(_, b)| b));
     }
+}
+
+/// A record's key and value bytes: ``key_header`` and the Key record (None for a table without a key), and
+/// ``value_header`` with the envelope's parts. Each bytes object is written in place: one allocation each.
+#[allow(clippy::type_complexity)]
+fn record<'py>(
+    py: Python<'py>,
+    key_header: Option<&[u8]>,
+    key: Option<&[u8]>,
+    value_header: &[u8],
+    images: &[u8],
+    rest: &[u8],
+) -> PyResult<(Option<Bound<'py, PyBytes>>, Bound<'py, PyBytes>)> {
+    let key = match (key_header, key) {
+        (Some(header), Some(k)) => Some(joined(py, &[header, k])?),
+        _ => None,
+    };
+    Ok((key, joined(py, &[value_header, images, rest])?))
 }
 
 /// A bytes object of ``parts`` one after the other.
