@@ -6,7 +6,11 @@ replaced by characters of numbers, dates and arrays), plus random bytes after a 
 is decoded by a Decoder with the compiled stage and by one with the Python reference alone: both must return
 equal messages, or both raise ``DecodeError`` with the same text. Any other exception, or a crash of the
 process, is a failure. Every row change both decode is then encoded (Envelope and Key) by an EnvelopeEncoder
-of each kind: the same bytes, or the same error.
+of each kind: the same bytes, or the same error. Every input that is an Insert, Update or Delete is also handed,
+as a walsender frame, to the compiled code that encodes changes straight from the frames
+(``Envelope.prepare_frames``, which parses the message itself): it must take exactly the changes the decoder and
+``Envelope.prepare`` take, into the same bytes, and leave every other one (malformed, another table, a key
+change, a value refused) to them.
 
     .venv/bin/python benchmarks/fuzz.py                       # 1,000,000 inputs (~30 s)
     .venv/bin/python benchmarks/fuzz.py --inputs 20000 --seed 7
@@ -27,6 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
+from cdcd.native import native as _native
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Relation, RowChange
 from tests.unit.test_decoder_properties import CAPTURED, State
@@ -104,6 +109,37 @@ def check_encoding(encoders: Encoders, change: RowChange) -> list[str]:
     return problems
 
 
+def frame(payload: bytes) -> bytes:
+    """An XLogData frame (WAL start and end 0, as the decoder is given ``wal_lsn`` 0 here)."""
+    return b"w" + bytes(24) + payload
+
+
+def check_frames(
+    encoders: Encoders, original: bytes, state: State, data: bytes, decoded: tuple[str, Any]
+) -> tuple[str | None, int]:
+    """``prepare_frames`` on ``data`` (mutated from ``original``, a change of a known table) against the decoder's
+    ``decoded`` outcome then ``prepare``: the same change taken into the same bytes, or none. Returns the problem
+    (None) and how many changes were taken."""
+    at = 5 if state.in_stream else 1
+    xid = int.from_bytes(original[1:5]) if state.in_stream else None
+    relation = dict(state.relations).get(int.from_bytes(original[at : at + 4]))
+    if relation is None or data[:1] not in (b"I", b"U", b"D"):
+        return None, 0
+    assert _native is not None
+    envelope = encoders.get(relation)[0].envelope
+    positions = tuple(i for i, c in enumerate(relation.columns) if c.is_key)
+    expected = _native.Encoded()
+    change = decoded[1]
+    if isinstance(change, RowChange) and change.relation.relation_id == relation.relation_id and change.xid == xid:
+        envelope.prepare(change, data, positions, expected)
+    got = _native.Encoded()
+    stop, taken, _ = envelope.prepare_frames([frame(data)], 0, relation.relation_id, len(relation.columns), xid,
+                                             positions, 4096, 1 << 30, got)  # fmt: skip
+    if (taken, stop, got.data()) != (len(expected), taken, expected.data()):
+        return f"prepare_frames took {taken} change(s), decoder + prepare {len(expected)}", taken
+    return None, taken
+
+
 def run(inputs: int, seed: int) -> int:
     rng = random.Random(seed)
     captured: list[tuple[bytes, State]] = CAPTURED
@@ -111,14 +147,21 @@ def run(inputs: int, seed: int) -> int:
     counts: Counter[str] = Counter()
     start = time.perf_counter()
     for i in range(inputs):
-        data, state = captured[rng.randrange(len(captured))]
-        data = mutate(rng, data)
+        original, state = captured[rng.randrange(len(captured))]
+        data = mutate(rng, original)
         fast = outcome(decoder(state, True).decode, data, 0)
         slow = outcome(decoder(state, False).decode, data, 0)
         counts[fast[0]] += 1
         if fast != slow or fast[0] not in ("ok", "DecodeError"):
             print(f"input {i}: {data!r} in {state}\n  native: {fast}\n  python: {slow}")
             return 1
+        if _native is not None and original[:1] in (b"I", b"U", b"D"):
+            counts["framed"] += 1
+            problem, taken = check_frames(encoders, original, state, data, slow)
+            counts["taken"] += taken
+            if problem:
+                print(f"input {i}: {data!r} in {state}\n  {problem}")
+                return 1
         if isinstance(fast[1], RowChange):
             counts["encoded"] += 1
             problems = check_encoding(encoders, fast[1])
@@ -128,7 +171,8 @@ def run(inputs: int, seed: int) -> int:
     seconds = time.perf_counter() - start
     print(
         f"{inputs:,} inputs (seed {seed}) from {len(captured)} captured messages: {counts['ok']:,} decoded"
-        f" ({counts['encoded']:,} row changes encoded), {counts['DecodeError']:,} DecodeError;"
+        f" ({counts['encoded']:,} row changes encoded), {counts['DecodeError']:,} DecodeError,"
+        f" {counts['framed']:,} changes given to prepare_frames too ({counts['taken']:,} taken);"
         f" native and Python agree on every one; {seconds:.0f} s"
     )
     return 0
