@@ -42,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
                    help="key columns of a table whose topic has no key (no primary key)")  # fmt: skip
     p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                    help="Kafka source option, e.g. kafka.security.protocol=SSL")  # fmt: skip
+    p.add_argument("--table-threads", type=int, default=4,
+                   help="tables of a micro-batch written at once (1: one after the other)")  # fmt: skip
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark configuration")
     return p
 
@@ -66,6 +68,7 @@ def options(args: argparse.Namespace) -> Options:
         starting_offsets=args.starting_offsets,
         kafka_options=_pairs(args.kafka_option, "--kafka-option"),
         keys={k: tuple(v.split(",")) for k, v in _pairs(args.key, "--key").items()},
+        table_threads=args.table_threads,
     )
 
 

@@ -7,8 +7,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from pyspark.sql import Column as SparkColumn
@@ -94,6 +96,7 @@ class Options:
     kafka_options: dict[str, str] = field(default_factory=dict)
     keys: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "schema.table" -> key columns
     registry_auth: tuple[str, str] | None = None
+    table_threads: int = 4  # tables of a micro-batch written at once
 
 
 def session(
@@ -264,8 +267,8 @@ class BatchWriter:
                 table_batch.events.persist()
             summaries = self._summaries(tables)
             decoded = time.monotonic()
-            for table_batch, summary in zip(tables, summaries, strict=True):
-                self._write_table(table_batch, summary, batch_id)
+            writes = zip(tables, summaries, strict=True)
+            self._in_parallel([partial(self._write_table, tb, summary, batch_id) for tb, summary in writes])
         finally:
             for table_batch in tables:
                 table_batch.events.unpersist()
@@ -274,6 +277,27 @@ class BatchWriter:
         log.info("batch %d: %d events of %d tables in %.1f s (read %.1f s, decode %.1f s, write %.1f s)", batch_id,
                  sum(s.events for s in summaries), len(tables), done - started, read - started, decoded - read,
                  done - decoded)  # fmt: skip
+
+    def _in_parallel(self, calls: list[Callable[[], None]]) -> None:
+        """Make ``calls`` (one table's writes each) on up to ``options.table_threads`` threads: a table's writes are
+        a few Spark jobs and Delta commits that mostly wait on the driver, so a batch of several tables takes
+        about as long as its slowest table rather than the sum of all. Each call runs with a copy of this thread's
+        Spark local properties, so its jobs belong to the streaming query (stopping it cancels them too)."""
+        threads = min(self.options.table_threads, len(calls))
+        if threads <= 1:
+            for call in calls:
+                call()
+            return
+        context: Any = self.spark.sparkContext._jsc.sc()
+        properties = context.getLocalProperties()
+
+        def run(call: Callable[[], None]) -> None:
+            context.setLocalProperties(properties.clone())
+            call()
+
+        with ThreadPoolExecutor(threads, thread_name_prefix="cdcd-table") as pool:
+            for future in [pool.submit(run, call) for call in calls]:
+                future.result()  # the first table that failed fails the batch, once every table is done
 
     def _tables(self, raw: DataFrame, heads: Iterable[Any]) -> Iterable[TableBatch]:
         by_topic: dict[str, tuple[set[int], set[int]]] = {}
