@@ -27,6 +27,8 @@ import psycopg
 import pytest
 import yaml
 
+from tests.procs import spawn
+
 if TYPE_CHECKING:
     from tests.integration.kafka_harness import Run
 
@@ -226,7 +228,7 @@ class Tail:
         if output is not None:
             self.output = output
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
+            self.proc = spawn(
                 [sys.executable, "-m", "cdcd", "tail", "--config", str(self.config), "--output", str(self.output)],
                 stdout=subprocess.DEVNULL,
                 stderr=log,

@@ -26,6 +26,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from cdcd.shaping import NEW_KEY_HEADER, OLD_KEY_HEADER
 from tests.integration.conftest import Database, PgServer, cdcd_env, close_bounded, scratch_database
+from tests.procs import spawn
 
 # Before cdcd creates the topics the pattern subscription finds none; end of partition is not an error.
 _TRANSIENT = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._PARTITION_EOF}
@@ -115,7 +116,7 @@ class Run:
         path.write_text(yaml.safe_dump(config))
         env = cdcd_env()
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
+            self.proc = spawn(
                 [sys.executable, "-m", "cdcd", "run", "--config", str(path)],
                 stdout=subprocess.DEVNULL,
                 stderr=log,

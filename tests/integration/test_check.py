@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest import STACK, Database, Tail, cdcd_env, stack_env
+from tests.procs import spawn
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +122,7 @@ def test_run_streams_to_the_configured_sink_and_stops_on_sigterm(db: Database, t
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
     env = cdcd_env()
-    proc = subprocess.Popen(
+    proc = spawn(
         [sys.executable, "-m", "cdcd", "run", "--config", str(path)], env=env, stderr=subprocess.PIPE, text=True
     )
     try:

@@ -27,6 +27,7 @@ import yaml
 from cdcd.secrets import redact, register_secret
 from tests.integration.conftest import Database, PgServer, scratch_database
 from tests.integration.workload import SCHEMA
+from tests.procs import spawn
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +106,7 @@ class Daemon:
         self.stdout, self.stderr = tmp_path / "run.stdout", tmp_path / "run.stderr"
         with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
             argv = [sys.executable, "-m", "cdcd", command, "--config", str(path)]
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=err, env=_env())
+            self.proc = spawn(argv, stdout=out, stderr=err, env=_env())
 
     def output(self) -> str:
         return self.stdout.read_text() + self.stderr.read_text()

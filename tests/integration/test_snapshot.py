@@ -394,3 +394,34 @@ def test_an_incompatible_column_type_change_stops_with_the_column_named(run: Run
         "SELECT confirmed_flush_lsn < %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s", [lsn, run.slot]
     )
     assert confirmed == [(True,)]  # the insert after the change is not confirmed: a restart sends it again
+
+
+def test_a_table_without_statistics_is_counted_when_small_and_unknown_when_large(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot's row estimate of a never-analyzed table: the planner's guess from its pages would be 850 rows
+    for a 2-row table; cdcd counts a small one and says "unknown" (None) for a large one."""
+    from cdcd.snapshot import reader as reader_module  # noqa: PLC0415 - cdcd in-process: this test only
+
+    db.execute(
+        "CREATE TABLE small (id int PRIMARY KEY, s text); INSERT INTO small VALUES (1, 'a'), (2, 'b');"
+        " CREATE TABLE empty (id int PRIMARY KEY);"
+        " CREATE TABLE part (id int PRIMARY KEY) PARTITION BY RANGE (id);"
+        " CREATE TABLE part_a PARTITION OF part FOR VALUES FROM (0) TO (100);"
+        " CREATE TABLE part_b PARTITION OF part FOR VALUES FROM (100) TO (200);"
+        " INSERT INTO part SELECT generate_series(1, 150)"
+    )
+    reader = reader_module.SnapshotReader(db.dsn(), None, "unused")
+    try:
+        small = reader.describe("public.small")
+        assert reader.estimate(small, None, None) == 2
+        assert reader.estimate(small, "id > 1", None) == 1
+        assert reader.estimate(small, None, ["1"]) == 1  # after key 1
+        assert reader.estimate(reader.describe("public.empty"), None, None) == 0
+        assert reader.estimate(reader.describe("public.part"), None, None) == 150
+        monkeypatch.setattr(reader_module, "COUNT_ROWS_UP_TO_BYTES", 0)
+        assert reader.estimate(small, None, None) is None  # too large to count: unknown
+        db.execute("ANALYZE small")
+        assert reader.estimate(small, None, None) == 2  # the planner's, from statistics
+    finally:
+        reader.close()

@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from cdcd.spark.job import BatchWriter, Options, session, start
 from tests.integration.conftest import STACK, Database, PgServer
 from tests.integration.kafka_harness import Run, scratch_run
+from tests.procs import spawn
 
 pytestmark = pytest.mark.integration
 
@@ -220,7 +221,7 @@ def test_mirror_equals_source_across_restarts(spark: SparkSession, run15: Run, t
             "--changelog", str(opts.changelog), "--key", "public.audit=id", "--max-offsets-per-trigger", "100",
             "--trigger-interval", "0 seconds", "--jars-dir", run15.env["CDCD_SPARK_JARS"]]  # fmt: skip
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "cdcd.spark", *args], stdout=out, stderr=subprocess.STDOUT)
+        proc = spawn([sys.executable, "-m", "cdcd.spark", *args], stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_for_commit(tmp_path / "checkpoint", done, proc, log)
     finally:

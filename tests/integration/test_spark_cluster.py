@@ -21,6 +21,7 @@ from tests.integration import test_spark
 from tests.integration.conftest import ROOT, STACK, cdcd_env
 from tests.integration.kafka_harness import Run
 from tests.integration.test_spark import assert_mirrors_equal, first_part, second_part, wait_for_commit
+from tests.procs import spawn
 
 pytestmark = pytest.mark.integration
 # test_spark's fixtures: the stack's jars, a local session (only to read the mirror), a cdcd run on its schema
@@ -63,7 +64,7 @@ def submit(run: Run, tmp_path: Path, log: Path, *job_args: str) -> subprocess.Po
     env["PYSPARK_PYTHON"] = sys.executable
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     with log.open("ab") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return spawn(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
 @pytest.mark.usefixtures("cluster")
