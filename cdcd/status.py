@@ -126,7 +126,7 @@ def table_line(table: dict[str, Any]) -> str:
     percent = table.get("percent")
     fraction = None if percent is None else percent / 100
     estimated = table.get("estimated_rows")
-    rows = f"{table['rows']:,}" + ("" if estimated is None else f" / ~{estimated:,}") + " rows"
+    rows = f"{table['rows']:,} rows, total unknown" if estimated is None else f"{table['rows']:,} / ~{estimated:,} rows"
     shown = "    ?%" if percent is None else f"{percent:5.1f}%"
     rate = format_rate(table.get("rows_per_s"), "rows")
     if table.get("state") == "done":

@@ -74,7 +74,7 @@ class Reader(Protocol):
     def describe(self, name: str) -> Table: ...
     def ancestors(self, relation_id: int) -> list[str]: ...
     def rows(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]: ...
-    def estimate(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> int: ...
+    def estimate(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> int | None: ...
     def chunk(
         self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, watermark: str
     ) -> Chunk: ...
@@ -161,14 +161,15 @@ class Snapshotter:
         """Start metering ``item`` (unless it runs already): estimate its rows, log that it starts."""
         if self.meters.running(item.table, item.id):
             return
-        estimated = item.rows + self.reader.estimate(table, condition, after)
+        left = self.reader.estimate(table, condition, after)
+        estimated = None if left is None else item.rows + left
         self.meters.start(item.table, item.kind, item.id, estimated=estimated, rows=item.rows, now=time.monotonic())
         log.info(
             "snapshotting table",
             table=item.table,
             kind=item.kind,
             filtered=condition is not None,
-            estimated_rows=estimated,
+            estimated_rows="unknown" if estimated is None else estimated,
             rows_done=item.rows,
             id=item.id,
         )
