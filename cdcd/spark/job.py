@@ -69,6 +69,10 @@ LOCAL_CONF = {
     # Delta rebuilds a table's snapshot (its file list) after each commit, in 50 tasks by default: seconds of a
     # micro-batch on a laptop for a log of a few hundred files.
     "spark.databricks.delta.snapshotPartitions": "2",
+    # The stream execution thread of a first `make demo` on a cold machine (JVM starved of CPU: its code still
+    # interpreted, whose frames are larger) died with a StackOverflowError 1,024 frames deep in java.util.regex
+    # at the default 1 MiB stack; the driver's threads get 16 MiB (virtual memory, touched only as used).
+    "spark.driver.extraJavaOptions": "-Xss16m",
 }
 PROP_SCHEMA_ID = "cdcd.schema_id"
 PROP_SCHEMA_AT = "cdcd.schema_position"

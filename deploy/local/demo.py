@@ -1,23 +1,29 @@
 """`make demo`: cdcd on the local stack, on a demo workload, showing committed changes flow into Kafka.
 
-Creates the `cdcd_demo` database (afresh each run), starts `cdcd run` with config/demo.yaml (Avro envelopes on
-`demo.shop.*` topics through the schema registry), runs a small shop workload (plain transactions, a large
+Creates the `cdcd_demo` database (afresh each run) and its tables, starts `cdcd run` with config/demo.yaml (Avro
+envelopes on `demo.shop.*` topics through the schema registry), waits until it streams (its /status), however
+long a cold machine takes, then runs a small shop workload (plain transactions, a large
 transaction that PostgreSQL streams before commit, savepoints rolled back, a transaction aborted whole, a
 truncate, a logical decoding message; a row filter publishes only orders with id <= 1500), reads the topics
 back with a registry-aware consumer and prints what arrived. The Spark job (cdcd.spark, local[2]) runs all along,
 started before the workload as it would run in production, and mirrors the topics into Delta tables under a
 temporary directory; the demo prints row counts of source and mirror each second, counted from the workload's
 last COMMIT, until the mirror has caught up. Finally it stops cdcd with SIGTERM and shows the LSN it confirmed.
+It exits 0 only when every kind of event arrived as many times as the workload makes it (``EXPECTED``).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -48,15 +54,36 @@ def reset_database(admin_dsn: str) -> None:
         conn.execute(f"CREATE DATABASE {DB}")
 
 
-def workload(dsn: str) -> float:
-    """The shop workload; returns the time.monotonic() of its last COMMIT."""
+def create_tables(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE SCHEMA shop;"
             "CREATE TABLE shop.customers (id int PRIMARY KEY, name text NOT NULL, city text);"
             "CREATE TABLE shop.orders (id bigserial PRIMARY KEY, customer int, amount numeric(10,2), note text)"
         )
-    time.sleep(1.5)  # let cdcd create the publication and start streaming
+
+
+def wait_streaming(daemon: subprocess.Popen[bytes], status_url: str, timeout: float) -> None:
+    """Wait until cdcd streams from its slot (its /status says so), however slow the machine: a change committed
+    before the slot exists would only reach Kafka through the initial snapshot, as the end state."""
+    deadline = time.monotonic() + timeout
+    state = "not answering"
+    while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            raise SystemExit(f"cdcd run exited {daemon.returncode} before it was streaming")
+        try:
+            with urllib.request.urlopen(status_url, timeout=2) as response:
+                state = json.load(response).get("state", "?")
+        except (OSError, ValueError) as exc:  # not serving yet
+            state = f"not answering ({exc})"
+        if state == "streaming":
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"cdcd was not streaming within {timeout:.0f} s (its state: {state})")
+
+
+def workload(dsn: str) -> float:
+    """The shop workload; returns the time.monotonic() of its last COMMIT."""
     with psycopg.connect(dsn) as conn:
         conn.execute("INSERT INTO shop.customers VALUES (1, 'Ada', 'London'), (2, 'Grace', 'NYC'), (3, 'Linus', NULL)")
         conn.commit()
@@ -147,15 +174,15 @@ class MirrorCounts:
         self.spark, self.root = spark, root
         self.seen: dict[str, tuple[int, int]] = {}  # table -> (version, rows)
 
-    def __call__(self) -> list[int | None]:
-        out: list[int | None] = []
+    def __call__(self) -> list[int]:
+        out: list[int] = []
         for table, _ in MIRRORED:
             path = self.root / "shop" / table
             # The table exists once its first commit does (_delta_log/ appears before it: reading then fails).
             version = max((int(p.stem) for p in (path / "_delta_log").glob("*.json") if p.stem.isdigit()), default=-1)
             if version >= 0 and self.seen.get(table, (-1, 0))[0] != version:
                 self.seen[table] = (version, self.spark.read.format("delta").load(str(path)).count())
-            out.append(self.seen[table][1] if table in self.seen else None)
+            out.append(self.seen[table][1] if table in self.seen else 0)  # no table yet: no rows yet
         return out
 
 
@@ -191,9 +218,7 @@ def watch_mirror(spark: Any, query: Any, work: Path, dsn: str, committed: float,
         while not caught_up and time.monotonic() - committed < 180:
             applied = sum(int(p["numInputRows"]) for p in query.recentProgress)  # Kafka messages read
             counts = mirror_counts()
-            shown = ", ".join(
-                f"{t} {m if m is not None else '-'}/{s}" for (t, _), m, s in zip(MIRRORED, counts, source, strict=True)
-            )
+            shown = ", ".join(f"{t} {m}/{s}" for (t, _), m, s in zip(MIRRORED, counts, source, strict=True))
             print(f"  t={time.monotonic() - committed:4.0f}s  mirror/source rows: {shown}  "
                   f"(Kafka messages read so far: {applied})")  # fmt: skip
             status = query.status  # live, unlike the progress of idle micro-batches (reported every 10 s)
@@ -211,28 +236,68 @@ def watch_mirror(spark: Any, query: Any, work: Path, dsn: str, committed: float,
     return caught_up
 
 
-def main() -> int:
+# What the workload must show in Kafka, by (topic, op): 3 inserts, an update and a delete of customers, the 1500
+# orders of the streamed transaction that the row filter passes (none from the rolled-back savepoint or the aborted
+# transaction), the truncate, and the logical decoding message.
+EXPECTED = {
+    (f"{PREFIX}.shop.customers", "c"): 3,
+    (f"{PREFIX}.shop.customers", "u"): 1,
+    (f"{PREFIX}.shop.customers", "d"): 1,
+    (f"{PREFIX}.shop.orders", "c"): 1500,
+    (f"{PREFIX}.shop.orders", "t"): 1,
+    (f"{PREFIX}.message", "m"): 1,
+}
+
+
+def missing_events(events: list[tuple[str, Any]]) -> list[str]:
+    """What the topics lack or hold beyond ``EXPECTED`` (empty when the demo showed every kind of event)."""
+    counts = Counter(
+        (topic, v.get("op")) for topic, v in events if v is not None and not topic.endswith(".transaction")
+    )
+    wrong = [f"{t} op {op}: {counts[t, op]} of {n}" for (t, op), n in EXPECTED.items() if counts[t, op] != n]
+    wrong += [f"{t} op {op}: {n} unexpected" for (t, op), n in counts.items() if (t, op) not in EXPECTED]
+    return wrong
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="cdcd on the local stack, on a demo workload")
+    parser.add_argument("--no-mirror", action="store_true", help="without the Spark job (the tests' quick run)")
+    parser.add_argument(
+        "--start-delay", type=float, default=0.0, help="start cdcd this many seconds late (a slow machine, in tests)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     env = stack_env()
     reset_database(env["CDCD_SOURCE__DSN"])
     reset_topics(env["CDCD_KAFKA__BOOTSTRAP_SERVERS"])
     dsn = env["CDCD_SOURCE__DSN"].replace("dbname=cdcd", f"dbname={DB}")
+    create_tables(dsn)
     child_env = {**os.environ, **env, "CDCD_SOURCE__DSN": dsn + " options='-c logical_decoding_work_mem=64kB'",
                  "CDCD_SNAPSHOT__STATE_DIR": tempfile.mkdtemp(prefix="cdcd-demo-state-")}  # fmt: skip
     cmd = [sys.executable, "-m", "cdcd", "run", "--config", str(ROOT / "config/demo.yaml")]
-    spark, query, work = start_mirror(env)  # first: cdcd must see the tables within a second or two of its start
+    mirror = None if args.no_mirror else start_mirror(env)  # before the changes, all along, as in production
     print("$", " ".join(cmd[2:]))
+    if args.start_delay:
+        cmd = ["sh", "-c", f'sleep {args.start_delay:g} && exec "$0" "$@"', *cmd]
     daemon = subprocess.Popen(cmd, env=child_env)
+    mirrored, watched = True, False
     try:
+        wait_streaming(daemon, "http://127.0.0.1:9187/status", 300)
         committed = workload(dsn)
-        # 3 inserts, an update, a delete, 2000 streamed inserts of which the row filter passes 1500, a truncate,
-        # a logical decoding message
-        expected = 3 + 1 + 1 + 1500 + 1 + 1
-        events = consume(env, expected, 90)
+        events = consume(env, sum(EXPECTED.values()), 90)
         summarize(events)
-        messages = sum(1 for t, _ in events if t.startswith(f"{PREFIX}.shop."))  # tombstones too
-        mirrored = watch_mirror(spark, query, work, dsn, committed, messages=messages)
+        if mirror is not None:
+            messages = sum(1 for t, _ in events if t.startswith(f"{PREFIX}.shop."))  # tombstones too
+            watched = True  # watch_mirror stops the job whatever happens
+            mirrored = watch_mirror(*mirror, dsn, committed, messages=messages)
         time.sleep(1.5)  # one more status interval so the confirmed LSN is visible
     finally:
+        if mirror is not None and not watched:
+            mirror[1].stop()
+            mirror[0].stop()
         daemon.send_signal(signal.SIGTERM)
         code = daemon.wait(60)
     with psycopg.connect(dsn) as conn:
@@ -241,8 +306,10 @@ def main() -> int:
         ).fetchone()
     confirmed, wal = row if row else ("?", "?")
     print(f"\ncdcd run exited {code}; slot {DB} confirmed up to {confirmed} (server WAL at {wal})")
-    received = sum(1 for t, v in events if v is not None and not t.endswith(".transaction"))
-    return 0 if code == 0 and received >= expected and mirrored else 1
+    wrong = missing_events(events)
+    for line in wrong:
+        print(f"NOT AS EXPECTED: {line}")
+    return 0 if code == 0 and not wrong and mirrored else 1
 
 
 if __name__ == "__main__":

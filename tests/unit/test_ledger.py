@@ -1,0 +1,73 @@
+"""The flush LSN never passes work the sink has not finished."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdcd.ledger import Ledger
+
+
+def test_flush_advances_only_over_a_finished_prefix() -> None:
+    p = Ledger()
+    a, b, c = p.open(100), p.open(200), p.open(300)
+    for entry in (a, b, c):
+        entry.outstanding += 2
+        p.seal(entry)
+    p.ack(b, 2)  # b finished before a: cannot be confirmed yet
+    assert p.flushed_lsn == 0
+    p.ack(a)
+    assert p.flushed_lsn == 0
+    p.ack(a)
+    assert p.flushed_lsn == 200
+    p.ack(c, 2)
+    assert p.flushed_lsn == 300
+    assert p.pending == 0
+
+
+def test_unsealed_entry_holds_flush_back() -> None:
+    p = Ledger()
+    entry = p.open(100)
+    entry.outstanding += 1
+    p.ack(entry)
+    assert p.flushed_lsn == 0  # more messages of this transaction may still come
+    p.seal(entry)
+    assert p.flushed_lsn == 100
+
+
+def test_idle_keepalive_confirms_only_when_nothing_pending() -> None:
+    p = Ledger(start_lsn=50)
+    p.idle(400, in_transaction=True)
+    assert p.flushed_lsn == 50
+    entry = p.open(100)
+    p.idle(400, in_transaction=False)
+    assert p.flushed_lsn == 50
+    p.seal(entry)
+    assert p.flushed_lsn == 100
+    p.idle(400, in_transaction=False)
+    assert p.flushed_lsn == 400
+    assert p.received_lsn == 400
+    p.idle(300, in_transaction=False)
+    assert p.flushed_lsn == 400  # never goes backwards
+
+
+def test_over_acknowledgement_is_an_error() -> None:
+    p = Ledger()
+    entry = p.open(1)
+    with pytest.raises(RuntimeError):
+        p.ack(entry)
+
+
+def test_an_entry_of_several_transactions_reports_each_commit_time_once_finished() -> None:
+    """The lane's unit holds many transactions: lag from the oldest, one finished commit time per transaction."""
+    finished: list[float] = []
+    p = Ledger(on_done=finished.append)
+    single, batch = p.open(100, 5.0), p.open(300, commit_times=[6.0, 7.0, 8.0])
+    batch.outstanding += 1
+    p.seal(single)
+    p.seal(batch)
+    assert finished == [5.0]
+    assert p.oldest_commit_time() == 6.0
+    p.ack(batch)
+    assert finished == [5.0, 6.0, 7.0, 8.0]
+    assert p.flushed_lsn == 300
+    assert p.oldest_commit_time() is None
