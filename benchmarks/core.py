@@ -53,9 +53,9 @@ import cdcd.native
 from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Buffered, Shaped, Transaction
 from cdcd.config import parse_size
+from cdcd.ledger import Ledger
 from cdcd.pgoutput import Decoder
 from cdcd.plan import Plans
-from cdcd.progress import Progress
 from cdcd.replication.core import Event, ReplicationCore, Write
 from cdcd.replication.lane import Lane, carry_out
 from cdcd.shaping import EventShaper
@@ -336,7 +336,7 @@ class Stages:
             sink = JsonLinesSink(self.devnull)
             gc.collect()
             start = time.perf_counter()
-            sink.write_transaction(txn, txn.changes(), Progress())
+            sink.write_transaction(txn, txn.changes(), Ledger())
             elapsed = time.perf_counter() - start
             _expect("lines written", sink.rows_written, self.workload.rows)
             return elapsed
@@ -345,7 +345,7 @@ class Stages:
 
     def drive(self, limit: int, write: Callable[[Transaction, Iterator[Buffered]], None]) -> None:
         """Every frame through ``ReplicationCore.frame``; each ``Write`` event to ``write``."""
-        core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Progress())
+        core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Ledger())
         frame = core.frame
         for data in self.workload.frames:
             event = frame(data)
@@ -359,7 +359,7 @@ class Stages:
 
         def run() -> None:
             sink = JsonLinesSink(self.devnull)
-            progress = Progress()
+            progress = Ledger()
             self.drive(limit, lambda txn, changes: sink.write_transaction(txn, changes, progress))
             _expect("lines written", sink.rows_written, self.workload.rows)
 
@@ -392,7 +392,7 @@ class Stages:
             count[0] = 0
             shaper = EventShaper("bench", NullRegistry(), native=self.native)
             shaper.start_session("bench", {}, Plans())
-            core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Progress())
+            core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Ledger())
 
             def act(event: Event) -> bool:
                 if isinstance(event, Write):

@@ -154,5 +154,5 @@ class Shaped:
         return len(self.commit_times)
 
     def unix_commit_times(self) -> list[float]:
-        """The commit times in unix seconds, as ``Progress`` takes them."""
+        """The commit times in unix seconds, as ``Ledger`` takes them."""
         return [pg_to_unix_us(t) / 1e6 for t in self.commit_times]

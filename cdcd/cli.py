@@ -177,7 +177,7 @@ def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Met
     if address is None:
         return None
     metrics = Metrics(loop.state, sink, settings.metrics.health_timeout_s)
-    loop.progress.on_done = metrics.observe_done
+    loop.ledger.on_done = metrics.observe_done
     port = metrics.serve(*address)
     structlog.get_logger("cdcd").info(
         "serving metrics", address=address[0], port=port, paths=["/metrics", "/healthz", "/readyz"]
@@ -210,21 +210,21 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
         log.error("configuration does not fit the source database", error=str(exc))
         return EXIT_CONFIG
     except FilterFailure as exc:
-        log.error("row filter failed; stopping", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
+        log.error("row filter failed; stopping", error=str(exc), flushed_lsn=format_lsn(loop.ledger.flushed_lsn))
         return EXIT_FAILURE
     except (DecodeError, AssemblyError) as exc:
         log.error(
-            "cannot decode the replication stream", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn)
+            "cannot decode the replication stream", error=str(exc), flushed_lsn=format_lsn(loop.ledger.flushed_lsn)
         )
         return EXIT_FAILURE
     except (SourceError, SourceDisconnected) as exc:
-        log.error("source failed", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
+        log.error("source failed", error=str(exc), flushed_lsn=format_lsn(loop.ledger.flushed_lsn))
         return EXIT_FAILURE
     except SinkFailure as exc:
-        log.error("sink failed; stopping", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
+        log.error("sink failed; stopping", error=str(exc), flushed_lsn=format_lsn(loop.ledger.flushed_lsn))
         return EXIT_FAILURE
     except (StateError, SnapshotError) as exc:
-        log.error("snapshot cannot go on; stopping", error=str(exc), flushed_lsn=format_lsn(loop.progress.flushed_lsn))
+        log.error("snapshot cannot go on; stopping", error=str(exc), flushed_lsn=format_lsn(loop.ledger.flushed_lsn))
         return EXIT_FAILURE
     finally:
         if metrics is not None:
@@ -235,7 +235,7 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
     stats, filters = loop.stats, loop.filter_stats
     log.info(
         "stopped",
-        flushed_lsn=format_lsn(loop.progress.flushed_lsn),
+        flushed_lsn=format_lsn(loop.ledger.flushed_lsn),
         transactions=stats.transactions,
         laned=stats.laned,
         changes=stats.changes,

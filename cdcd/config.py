@@ -115,6 +115,12 @@ class ReconnectSettings(_Section):
     initial_backoff_s: float = Field(0.5, gt=0, description="first wait before reconnecting; doubles each failure")
     max_backoff_s: float = Field(30.0, gt=0, description="longest wait between reconnect attempts")
     max_attempts: int = Field(0, ge=0, description="0 retries forever")
+    slot_active_wait_s: float = Field(
+        120.0,
+        ge=0,
+        description="how long to keep retrying while the slot is held by another connection (after a lost"
+        " connection the server keeps the old walsender until its wal_sender_timeout, 60 s by default); then stop",
+    )
 
 
 class SourceSettings(_Section):
@@ -154,6 +160,23 @@ class SourceSettings(_Section):
     )
     reconnect: ReconnectSettings = Field(
         default_factory=ReconnectSettings, description="retries after the source connection is lost"
+    )
+    receive_timeout_s: float = Field(
+        60.0,
+        ge=0,
+        description="drop the replication connection (and reconnect) when the server sent nothing for this long;"
+        " at half of it the server is asked for a keepalive (PostgreSQL's wal_receiver_timeout). Also the TCP user"
+        " timeout and keepalive of every connection, unless the DSN sets them; 0 disables",
+    )
+    connect_timeout_s: int = Field(
+        10,
+        ge=2,
+        description="give up a connection attempt after this long (libpq connect_timeout, unless the DSN sets it)",
+    )
+    statement_timeout_s: float = Field(
+        60.0,
+        ge=0,
+        description="statement_timeout of the catalog queries (not of replication or snapshot reads); 0: none",
     )
 
     @field_validator("dsn")

@@ -10,7 +10,7 @@ one event for the I/O loop to act on:
 
 Row filters apply as changes arrive; transactions are assembled in bounded memory. While an incremental
 snapshot chunk is open, every change written is shown to its window (``watcher``) on its way to the sink.
-``status_due`` and ``status_update`` say when to report and what: the flush LSN is ``Progress.flushed_lsn``,
+``status_due`` and ``status_update`` say when to report and what: the flush LSN is ``Ledger.flushed_lsn``,
 never past what the sink finished (acknowledged), whatever the server sent.
 """
 
@@ -19,14 +19,15 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Protocol
 
 from cdcd.assembly import Assembler
 from cdcd.batches import Buffered, Transaction, observed
 from cdcd.filters import RowFilter
+from cdcd.ledger import Ledger
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Change, LogicalMessage, Message, RowChange, StreamAbort
-from cdcd.progress import Progress
 from cdcd.snapshot.control import REQUEST_PREFIX, WATERMARK_PREFIX
 from cdcd.source.protocol import (
     XLOGDATA_PAYLOAD_OFFSET,
@@ -87,27 +88,38 @@ class Stats:
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (plain|streamed, commit|abort)
 
 
+class Silence(Enum):
+    """What ``ReplicationCore.silence`` calls for."""
+
+    PING = "ask the server for a keepalive"
+    LOST = "the connection is dead"
+
+
 class ReplicationCore:
-    """One replication session's protocol state. ``progress`` and ``stats`` outlive it (the loop keeps them)."""
+    """One replication session's protocol state. ``ledger`` and ``stats`` outlive it (the loop keeps them)."""
 
     def __init__(
         self,
         decoder: Decoder,
         assembler: Assembler,
-        progress: Progress,
+        ledger: Ledger,
         *,
         rowfilter: RowFilter | None = None,
         messages: bool = False,
         status_interval_s: float = 10.0,
+        receive_timeout_s: float = 0.0,
         stats: Stats | None = None,
         recent_xids: deque[int] | None = None,
     ) -> None:
         self.decoder = decoder
         self.assembler = assembler
-        self.progress = progress
+        self.ledger = ledger
         self.rowfilter = rowfilter
         self.messages = messages  # publish the user's logical decoding messages (source.messages)
         self.status_interval_s = status_interval_s
+        self.receive_timeout_s = receive_timeout_s  # 0: never give up on a silent server
+        self._heard_at = 0.0  # when the server was last heard from (monotonic seconds)
+        self._pinged_at: float | None = None  # when it was asked for a keepalive during the current silence
         self.stats = stats or Stats()
         self.watcher: ChangeWatcher | None = None
         # transactions just written, for the snapshot chunks' visibility check
@@ -119,11 +131,11 @@ class ReplicationCore:
         kind = frame[0]
         if kind == _W:
             data_start, wal_end = parse_xlogdata_header(frame)
-            self.progress.received(max(data_start, wal_end))
+            self.ledger.received(max(data_start, wal_end))
             return self._payload(frame[XLOGDATA_PAYLOAD_OFFSET:], data_start)
         if kind == _K:
             keepalive = parse_keepalive(frame)
-            self.progress.idle(keepalive.wal_end, self.assembler.in_transaction)
+            self.ledger.idle(keepalive.wal_end, self.assembler.in_transaction)
             return STATUS_REQUESTED if keepalive.reply_requested else None
         raise DecodeError("CopyData", 0, f"unknown replication frame type {chr(kind)!r}")
 
@@ -133,10 +145,10 @@ class ReplicationCore:
         PostgreSQL's own subscriber reports a moved position at once; then at most every ``CAUGHT_UP_STATUS_S``."""
         if now >= self.next_status:
             return True
-        progress = self.progress
+        ledger = self.ledger
         return (
-            progress.flushed_lsn > self._flush_sent
-            and not progress.pending
+            ledger.flushed_lsn > self._flush_sent
+            and not ledger.pending
             and not self.assembler.in_transaction
             and now >= self._sent_at + CAUGHT_UP_STATUS_S
         )
@@ -145,9 +157,35 @@ class ReplicationCore:
         """The standby status update to send now: received up to ``received_lsn``, flushed (confirmed) up to what
         the sink finished."""
         self.next_status = now + self.status_interval_s
-        progress = self.progress
-        self._flush_sent, self._sent_at = progress.flushed_lsn, now
-        return standby_status_update(progress.received_lsn, progress.flushed_lsn, progress.flushed_lsn, now_pg_us)
+        ledger = self.ledger
+        self._flush_sent, self._sent_at = ledger.flushed_lsn, now
+        return standby_status_update(ledger.received_lsn, ledger.flushed_lsn, ledger.flushed_lsn, now_pg_us)
+
+    def heard(self, now: float) -> None:
+        """Something arrived from the server (data or a keepalive): it is there."""
+        self._heard_at, self._pinged_at = now, None
+
+    def silence(self, now: float) -> Silence | None:
+        """What a silent server calls for, as PostgreSQL's walreceiver does: at half of ``receive_timeout_s``
+        without a message, ``Silence.PING`` (ask it for a keepalive: ``ping``); once the whole timeout passed, and half
+        of it since that request, ``LOST`` (the connection is dead: a partition, a server host gone)."""
+        timeout = self.receive_timeout_s
+        if not timeout:
+            return None
+        if self._pinged_at is None:
+            return Silence.PING if now - self._heard_at >= timeout / 2 else None
+        if now - self._heard_at >= timeout and now - self._pinged_at >= timeout / 2:
+            return Silence.LOST
+        return None
+
+    def ping(self, now: float, now_pg_us: int) -> bytes:
+        """A status update that asks the server to answer at once."""
+        self._pinged_at = now
+        ledger = self.ledger
+        return standby_status_update(ledger.received_lsn, ledger.flushed_lsn, ledger.flushed_lsn, now_pg_us, True)
+
+    def quiet_for(self, now: float) -> float:
+        return now - self._heard_at
 
     def reset(self) -> None:
         """The session ended: unfinished transactions are dropped (the server sends them again)."""
@@ -197,7 +235,7 @@ class ReplicationCore:
     def written(self, xids: list[int], changes: int, received: int) -> None:
         """Transactions the lane (``cdcd.replication.lane``) took from the frames, in commit order, with
         ``changes`` changes in all; ``received``: the highest WAL position their frames reported."""
-        self.progress.received(received)
+        self.ledger.received(received)
         stats = self.stats
         stats.outcomes["plain", "commit"] += len(xids)
         stats.transactions += len(xids)

@@ -137,7 +137,7 @@ class Lane:
         )
         if taken:
             buffer.took(taken, run.nbytes - before)
-            core.progress.received(received)
+            core.ledger.received(received)
         return int(stop)
 
     def _add(self, relation_id: int) -> bool:

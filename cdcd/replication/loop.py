@@ -22,22 +22,22 @@ from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Shaped
 from cdcd.config import Settings
 from cdcd.filters import FilterPlan, FilterStats, RowFilter
+from cdcd.ledger import Ledger, Positions
 from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.metrics import State
 from cdcd.native import IMPL
 from cdcd.notify import Notifier
 from cdcd.pgoutput import Decoder
 from cdcd.plan import Plans
-from cdcd.progress import Progress
-from cdcd.replication.core import Event, Publish, ReplicationCore, SnapshotRequest, Stats, Watermark, Write
+from cdcd.replication.core import Event, Publish, ReplicationCore, Silence, SnapshotRequest, Stats, Watermark, Write
 from cdcd.replication.lane import Lane, Laned, carry_out
 from cdcd.replication.start import check_timeline, committed_snapshot, resumable, slot_request
 from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.reader import SnapshotReader
 from cdcd.snapshot.runner import Snapshotter, start_state
-from cdcd.snapshot.state import StateStore
-from cdcd.source.walsender import SessionInfo, SourceDisconnected, Walsender
+from cdcd.snapshot.state import SnapshotState, StateStore
+from cdcd.source.walsender import SessionInfo, SlotActive, SourceDisconnected, SourceError, Timeouts, Walsender
 
 log = structlog.get_logger("cdcd.replication")
 
@@ -56,7 +56,7 @@ class ReplicationLoop:
         self.notifier = notifier or Notifier(None)
         self.sink = sink
         self.stop = stop or threading.Event()
-        self.progress = Progress()
+        self.ledger = Ledger()
         self.pool = BufferPool(settings.buffer.memory_limit, settings.buffer.spill_dir)
         self.stats = Stats()
         self.filter_stats = FilterStats()
@@ -67,10 +67,10 @@ class ReplicationLoop:
         self.meters = SnapshotMeters(settings.snapshot.progress_interval_s)  # kept across reconnects
         self._captured: list[str] = []
         self._recent_xids: deque[int] = deque(maxlen=4096)  # transactions just written (chunk visibility check)
-        self._timeline = 0  # the server's timeline in the last session: a new one means a promotion
-        self.published_lsn = 0  # end of the last transaction handed to the sink, across sessions
+        self.store: StateStore | None = None  # the session's state file (snapshot state, positions)
+        self._streamed = False  # the current session reached streaming
         self.state = State(
-            oldest_unacked_commit=self.progress.oldest_commit_time,
+            oldest_unacked_commit=self.ledger.oldest_commit_time,
             transactions=self.stats.outcomes,
             open_streamed=lambda: self.core.assembler.open_streams if self.core else 0,
             buffer_bytes=lambda: (self.pool.memory_bytes, self.pool.spilled_bytes),
@@ -85,15 +85,16 @@ class ReplicationLoop:
         reconnect = self.settings.source.reconnect
         delay = reconnect.initial_backoff_s
         failures = 0
+        slot_busy_since: float | None = None
         while not self.stop.is_set():
+            self._streamed = False
             try:
                 self._session()
                 return
-            except _Stopped:
-                return
             except (SourceDisconnected, SinkRewind) as exc:
-                if isinstance(exc, SinkRewind):
-                    self.progress.discard()  # never confirmed; the server sends it again
+                if self._streamed:  # a session that worked: the next failure starts the backoff afresh
+                    delay, failures = reconnect.initial_backoff_s, 0
+                slot_busy_since = self._slot_busy(exc, slot_busy_since)
                 failures += 1
                 if reconnect.max_attempts and failures > reconnect.max_attempts:
                     raise
@@ -102,6 +103,18 @@ class ReplicationLoop:
                 if self.stop.wait(delay):
                     return
                 delay = min(delay * 2, reconnect.max_backoff_s)
+
+    def _slot_busy(self, exc: Exception, since: float | None) -> float | None:
+        """While the slot is held by another connection, since when (None: it is not); past
+        ``reconnect.slot_active_wait_s`` that is an error."""
+        if not isinstance(exc, SlotActive):
+            return None
+        now = time.monotonic()
+        since = now if since is None else since
+        waited = self.settings.source.reconnect.slot_active_wait_s
+        if now - since >= waited:
+            raise SourceError(f"{exc} for {waited:g} s (source.reconnect.slot_active_wait_s): giving up") from None
+        return since
 
     def _waiting_to_reconnect(self, error: str, delay: float) -> None:
         self.state.postgresql_up = self.state.streaming = False
@@ -113,14 +126,17 @@ class ReplicationLoop:
             "source disconnected; retrying",
             error=error,
             retry_in_s=round(delay, 2),
-            flushed_lsn=format_lsn(self.progress.flushed_lsn),
+            flushed_lsn=format_lsn(self.ledger.flushed_lsn),
         )
 
     def _session(self) -> None:
+        """One replication session: connect, resume, snapshot, stream until stopped or until an error. However it
+        ends, nothing it did not hand to the sink whole stays in the ledger (``_end_session``); on a stop, the sink
+        finishes what it was handed and that much is confirmed."""
         source, mode = self.settings.source, self.settings.snapshot.mode
         if mode == "initial_only":
             source = source.model_copy(update={"temporary_slot": True})  # nothing streams from it afterwards
-        store = StateStore(self.settings.snapshot.state_dir, source.slot)
+        store = self.store = StateStore(self.settings.snapshot.state_dir, source.slot)
         saved = None if source.temporary_slot else store.load()
         with Walsender(source, self.settings.filters.push_down) as walsender:
             request = slot_request(mode, saved, store.path)
@@ -129,114 +145,150 @@ class ReplicationLoop:
                 replace_lost=request.replace_lost,
                 must_exist=request.must_exist,
             )
-            committed = self.sink.committed(source.slot, info.system_id, info.slot_created, self._beat_unless_stopped)
-            if committed is not None:
-                self.progress.resume_at(committed.flush_lsn)
-                saved = committed_snapshot(committed, saved, source.slot)
-            saved = resumable(saved, info, source.slot)
-            log.info(
-                "connected",
-                slot=source.slot,
-                protocol=info.protocol_version,
-                server=info.server_version,
-                slot_created=info.slot_created,
-                timeline=info.timeline,
-                row_stage=IMPL,  # compiled (cdcd._native) or the Python reference (CDCD_IMPL)
-            )
-            previous, self._timeline = self._timeline, info.timeline
-            check_timeline(previous, info, walsender, self.published_lsn, self.progress.flushed_lsn)
-            plans = Plans()
-            decoder = Decoder(
-                info.encoding,
-                parallel_streaming=info.parallel_streaming,
-                describe=walsender.describe,
-                labels=walsender.labels,
-            )
-            core = self.core = ReplicationCore(
-                decoder,
-                Assembler(self.pool),
-                self.progress,
-                rowfilter=self._rowfilter(info.filter_plan, walsender, plans),
-                messages=source.messages,
-                status_interval_s=source.status_interval_s,
-                stats=self.stats,
-                recent_xids=self._recent_xids,
-            )
-            reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot)
+            self.core = None
             try:
-                self._captured = reader.captured_tables([p.name for p in source.publications])
-                created = info.consistent_point if info.slot_created else None
-                state = start_state(saved, source.slot, mode, created, self._captured)
-                store.save(state)
-                self.snapshotter = core.watcher = Snapshotter(
-                    reader,
-                    self.sink,
-                    self.progress,
-                    store,
-                    state,
-                    info.filter_plan,
-                    self.settings.snapshot.chunk_size,
-                    decoder.types,
-                    self._count_snapshot_rows,
-                    self.meters,
-                    save_on_done=not self.sink.transactional,
-                )
-                self.state.postgresql_up = True
-                self.state.server, self.state.server_version = reader.server(), _version(info.server_version)
-                context = SessionContext(
-                    info.database, decoder.types, self._beat_unless_stopped, plans, *self._snapshot_hooks()
-                )
-                if info.exported_snapshot is not None and state.initial == "running":
-                    self._initial_snapshot(info, self.snapshotter, context)
-                    if mode == "initial_only" or self.stop.is_set():
-                        return
-                walsender.start_replication(self.progress.flushed_lsn)
-                log.info(
-                    "streaming",
-                    slot=source.slot,
-                    start_lsn=format_lsn(self.progress.flushed_lsn),
-                    snapshots_queued=len(state.queue),
-                )
-                self.state.streaming, self.state.phase = True, "streaming"
-                self.notifier.ready(f"streaming from slot {source.slot}")
-                keep_alive = partial(self._keep_alive, walsender, core)
-                self.sink.start_session(
-                    SessionContext(
-                        info.database, decoder.types, keep_alive, plans, *self._snapshot_hooks(), info.encoding
-                    )
-                )
-                self._stream(walsender, core)
+                with contextlib.suppress(_Stopped):
+                    self._serve(walsender, info, store, saved)
             finally:
-                self.state.streaming = False
-                core.reset()
-                if self.snapshotter is not None:
-                    self.snapshotter.reset()
-                reader.close()
+                self._end_session()
             # Stopping: let the sink finish what it was handed, then confirm that much.
             if not self.sink.flush(self.settings.sink.flush_timeout_s):
                 log.warning("sink did not finish before stopping; unconfirmed work will be sent again on restart")
             self.sink.poll()
-            self._send_status(walsender, core)
+            if self.core is not None:
+                self._send_status(walsender, self.core)
 
-    def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, context: SessionContext) -> None:
-        """Read the tables in the slot's exported snapshot, and wait until the sink has all of it."""
+    def _serve(self, walsender: Walsender, info: SessionInfo, store: StateStore, saved: SnapshotState | None) -> None:
+        source, mode = walsender.settings, self.settings.snapshot.mode
+        committed = self.sink.committed(source.slot, info.system_id, info.slot_created, self._beat_unless_stopped)
+        if committed is not None:
+            self.ledger.resume_at(committed.flush_lsn)
+            saved = committed_snapshot(committed, saved, source.slot)
+        saved = resumable(saved, info, source.slot)
+        log.info(
+            "connected",
+            slot=source.slot,
+            protocol=info.protocol_version,
+            server=info.server_version,
+            slot_created=info.slot_created,
+            timeline=info.timeline,
+            row_stage=IMPL,  # compiled (cdcd._native) or the Python reference (CDCD_IMPL)
+        )
+        self._check_timeline(info, walsender, store)
+        plans = Plans()
+        decoder = Decoder(
+            info.encoding,
+            parallel_streaming=info.parallel_streaming,
+            describe=walsender.describe,
+            labels=walsender.labels,
+        )
+        core = self.core = ReplicationCore(
+            decoder,
+            Assembler(self.pool),
+            self.ledger,
+            rowfilter=self._rowfilter(info.filter_plan, walsender, plans),
+            messages=source.messages,
+            status_interval_s=source.status_interval_s,
+            receive_timeout_s=source.receive_timeout_s,
+            stats=self.stats,
+            recent_xids=self._recent_xids,
+        )
+        reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source))
+        try:
+            self._captured = reader.captured_tables([p.name for p in source.publications])
+            created = info.consistent_point if info.slot_created else None
+            state = start_state(saved, source.slot, mode, created, self._captured)
+            store.save(state)
+            self._save_positions()
+            self.snapshotter = core.watcher = Snapshotter(
+                reader,
+                self.sink,
+                self.ledger,
+                store,
+                state,
+                info.filter_plan,
+                self.settings.snapshot.chunk_size,
+                decoder.types,
+                self._count_snapshot_rows,
+                self.meters,
+                save_on_done=not self.sink.transactional,
+            )
+            self.state.postgresql_up = True
+            self.state.server, self.state.server_version = reader.server(), _version(info.server_version)
+            context = SessionContext(
+                info.database, decoder.types, self._beat_unless_stopped, plans, *self._snapshot_hooks()
+            )
+            initial = info.exported_snapshot is not None and state.initial == "running"
+            if initial and (not self._initial_snapshot(info, self.snapshotter, context) or mode == "initial_only"):
+                return
+            walsender.start_replication(self.ledger.flushed_lsn)
+            core.heard(time.monotonic())
+            log.info(
+                "streaming",
+                slot=source.slot,
+                start_lsn=format_lsn(self.ledger.flushed_lsn),
+                snapshots_queued=len(state.queue),
+            )
+            self.state.streaming, self.state.phase = True, "streaming"
+            self._streamed = True
+            self.notifier.ready(f"streaming from slot {source.slot}")
+            keep_alive = partial(self._keep_alive, walsender, core)
+            self.sink.start_session(
+                SessionContext(info.database, decoder.types, keep_alive, plans, *self._snapshot_hooks(), info.encoding)
+            )
+            self._stream(walsender, core)
+        finally:
+            self.state.streaming = False
+            core.reset()
+            if self.snapshotter is not None:
+                self.snapshotter.reset()
+            reader.close()
+
+    def _end_session(self) -> None:
+        """The session ended, for whatever reason: the sink gives up what it holds that is not whole (with
+        exactly-once, the open Kafka transaction is aborted unless every entry in it is whole), and the ledger
+        drops the entries that were not handed over whole: never confirmed, sent again by the server."""
+        self.state.streaming = False
+        self.sink.end_session(self.ledger)
+        dropped = self.ledger.end_session()
+        if dropped:
+            log.info("dropped a write the session did not finish; the server sends it again", entries=dropped)
+
+    def _check_timeline(self, info: SessionInfo, walsender: Walsender, store: StateStore) -> None:
+        """After a promotion (the timeline changed since the last session, in this process or, from the state
+        file, an earlier one), the slot must have been synced and hold nothing cdcd published beyond the new
+        primary's history."""
+        ledger, positions = self.ledger, store.positions
+        previous = ledger.timeline or positions.timeline
+        published = max(ledger.published_lsn, positions.published_lsn)
+        check_timeline(previous, info, walsender, published, ledger.flushed_lsn)
+        ledger.timeline = info.timeline
+
+    def _save_positions(self) -> None:
+        """What the promotion check of a later process needs (the timeline, what was published), in the state
+        file: saved at each status update, when it changed."""
+        if self.store is None or self.settings.source.temporary_slot or not self.ledger.timeline:
+            return
+        self.store.save_positions(Positions(self.ledger.timeline, self.ledger.published_lsn))
+
+    def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, context: SessionContext) -> bool:
+        """Read the tables in the slot's exported snapshot, and wait until the sink has all of it; False when a
+        stop was asked for first."""
         self.notifier.ready("initial snapshot")
         self.state.streaming = True  # ready: the daemon is doing its work (and Prometheus keeps scraping it)
         self.state.phase = "initial snapshot"
         self.sink.start_session(context)
         assert info.exported_snapshot is not None
-        with contextlib.suppress(_Stopped):
-            snapshotter.run_initial(info.exported_snapshot, self._snapshot_poll)
-        while self.progress.pending and not self.stop.is_set():
+        snapshotter.run_initial(info.exported_snapshot, self._snapshot_poll)
+        while self.ledger.pending and not self.stop.is_set():
             self.sink.flush(1.0)
             self._beat()
         if self.stop.is_set():
-            self.sink.flush(self.settings.sink.flush_timeout_s)
-            self.sink.poll()  # saves the progress of what was acknowledged: a restart resumes after it
-            return
+            return False  # what was acknowledged is saved: a restart resumes after it
         snapshotter.initial_finished()
         point = format_lsn(info.consistent_point or 0)
         log.info("initial snapshot done", rows=self.snapshot_rows.total(), consistent_point=point)
+        return True
 
     def _snapshot_hooks(self) -> tuple[Callable[[], dict[str, Any] | None], Callable[[], None]]:
         """For an exactly-once sink: the snapshot state to commit with the data, and what saves it after."""
@@ -280,6 +332,10 @@ class ReplicationLoop:
         while not self.stop.is_set():
             wait = min(1.0, core.next_status - time.monotonic(), sink.wake_in())
             frames = walsender.read(timeout=max(0.0, wait))
+            if frames:
+                core.heard(time.monotonic())
+            else:
+                self._if_silent(walsender, core)
             reply = carry_out(frames, core, act, laned)
             sink.poll()
             snapshotter = self.snapshotter
@@ -292,6 +348,19 @@ class ReplicationLoop:
                 self._status_if_due(walsender, core)
         self.state.phase = "stopping"
 
+    def _if_silent(self, walsender: Walsender, core: ReplicationCore) -> None:
+        """A server silent for half of ``source.receive_timeout_s`` is asked for a keepalive; one silent for all
+        of it is gone (a partition, a host that died: TCP alone would wait for minutes)."""
+        now = time.monotonic()
+        silence = core.silence(now)
+        if silence is Silence.PING:
+            walsender.send(core.ping(now, pg_now_us()))
+        elif silence is Silence.LOST:
+            timeout = self.settings.source.receive_timeout_s
+            raise SourceDisconnected(
+                f"no message from the server for {core.quiet_for(now):.0f} s (source.receive_timeout_s: {timeout:g})"
+            )
+
     def _laned(self, core: ReplicationCore) -> Laned | None:
         """The compiled lane (``replication/lane.py``) and what writes what it made, when the sink can take that."""
         sink = self.sink
@@ -300,16 +369,14 @@ class ReplicationLoop:
         return None
 
     def _write_shaped(self, sink: ShapingSink, shaped: Shaped) -> None:
-        sink.write_shaped(shaped, self.progress)
-        self.published_lsn = shaped.end_lsn
+        sink.write_shaped(shaped, self.ledger)
 
     def _act(self, event: Event) -> bool:
         """Carry out one of the core's events; True when the server asked for a status update."""
         if isinstance(event, Write):
-            self.sink.write_transaction(event.transaction, event.changes, self.progress)
-            self.published_lsn = event.transaction.end_lsn
+            self.sink.write_transaction(event.transaction, event.changes, self.ledger)
         elif isinstance(event, Publish):
-            self.sink.write_message(event.message, self.progress)
+            self.sink.write_message(event.message, self.ledger)
         elif isinstance(event, Watermark):
             if self.snapshotter is not None:
                 self.snapshotter.watermark(event.message)
@@ -325,7 +392,7 @@ class ReplicationLoop:
         state, now = self.state, time.monotonic()
         state.heartbeat = now
         self.notifier.watchdog()
-        state.received_lsn, state.flushed_lsn = self.progress.received_lsn, self.progress.flushed_lsn
+        state.received_lsn, state.flushed_lsn = self.ledger.received_lsn, self.ledger.flushed_lsn
         if now >= self._next_slot_check:
             self._next_slot_check = now + self.settings.metrics.slot_check_interval_s
             state.slot_retained_wal_bytes = walsender.slot_retained_wal()
@@ -347,8 +414,9 @@ class ReplicationLoop:
         except SourceDisconnected:
             if not self.stop.is_set():
                 raise
-        progress = self.progress
-        log.debug("status sent", write=format_lsn(progress.received_lsn), flush=format_lsn(progress.flushed_lsn))
+        ledger = self.ledger
+        log.debug("status sent", write=format_lsn(ledger.received_lsn), flush=format_lsn(ledger.flushed_lsn))
+        self._save_positions()
 
 
 def _version(server_version: int) -> str:

@@ -1,6 +1,6 @@
 """Where committed changes go: JSON lines (``sink/jsonl.py``) or Kafka (``sink/kafka.py``).
 
-A sink reports finished work through ``Progress`` (synchronously, or from ``poll`` for one that delivers
+A sink reports finished work through ``Ledger`` (synchronously, or from ``poll`` for one that delivers
 asynchronously) and raises from ``poll`` once delivery has failed.
 """
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from cdcd.batches import Buffered, Shaped, SnapshotBatch, Transaction
+from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import LogicalMessage, Type
 from cdcd.plan import Plans
-from cdcd.progress import Progress
 from cdcd.shaping import EventShaper
 
 
@@ -68,6 +68,9 @@ class AtLeastOnce:
     def wake_in(self) -> float:
         return math.inf
 
+    def end_session(self, ledger: Ledger) -> None:
+        """Nothing held beyond the ledger's entries: it drops the unsealed ones itself."""
+
 
 class Sink(Protocol):
     transactional: bool  # writes commit atomically with their position (``committed``): exactly-once
@@ -88,14 +91,19 @@ class Sink(Protocol):
     def wake_in(self) -> float:
         """Seconds until the sink wants ``poll`` again (to commit what it holds); ``inf``: no hurry."""
 
+    def end_session(self, ledger: Ledger) -> None:
+        """The replication session ended, for whatever reason, before ``ledger.end_session``: give up what is
+        held and not whole (an exactly-once sink aborts its open Kafka transaction unless every entry in it was
+        sealed, and drops those entries from ``ledger``). A stop's ``flush`` follows."""
+
     def in_flight(self) -> int: ...
     def ready(self) -> bool: ...
     def start_session(self, session: SessionContext) -> None: ...
-    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Progress) -> None:
+    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Ledger) -> None:
         """Write the committed ``txn``, whose changes are ``changes`` (iterated once)."""
 
-    def write_message(self, message: LogicalMessage, progress: Progress) -> None: ...
-    def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None: ...
+    def write_message(self, message: LogicalMessage, progress: Ledger) -> None: ...
+    def write_snapshot(self, batch: SnapshotBatch, progress: Ledger) -> None: ...
     def poll(self) -> None: ...
     def flush(self, timeout: float) -> bool: ...
     def close(self) -> None: ...
@@ -108,7 +116,7 @@ class ShapingSink(Sink, Protocol):
 
     shaper: EventShaper
 
-    def write_shaped(self, shaped: Shaped, progress: Progress) -> None:
+    def write_shaped(self, shaped: Shaped, progress: Ledger) -> None:
         """Write the records of ``shaped``, finished once every one is written."""
 
     def already_written(self) -> int:

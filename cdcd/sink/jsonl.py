@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
 from cdcd.batches import Buffered, SnapshotBatch, Transaction, decoded
+from cdcd.ledger import Ledger
 from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Value
 from cdcd.plan import JsonShape, Plans, RelationPlan, RowWriter
-from cdcd.progress import Progress
 from cdcd.sink import AtLeastOnce, SessionContext
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring
@@ -80,7 +80,7 @@ class JsonLinesSink(AtLeastOnce):
             shape = plan.json = JsonShape(_row_writer(relation), heads)
         return plan, shape
 
-    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Progress) -> None:
+    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Ledger) -> None:
         entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
         events = self.events
         tail = f',"xid":{txn.xid},"commit_lsn":"{format_lsn(txn.commit_lsn)}","lsn":"'
@@ -102,14 +102,14 @@ class JsonLinesSink(AtLeastOnce):
         self.out.flush()
         progress.seal(entry)
 
-    def write_message(self, message: LogicalMessage, progress: Progress) -> None:
+    def write_message(self, message: LogicalMessage, progress: Ledger) -> None:
         entry = progress.open(message.lsn)
         self.events["", "m"] += 1
         self._emit([self._message_line(message, ',"xid":null,"commit_lsn":null,"lsn":"')])
         self.out.flush()
         progress.seal(entry)
 
-    def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None:
+    def write_snapshot(self, batch: SnapshotBatch, progress: Ledger) -> None:
         entry = progress.open(batch.lsn, None, batch.done)
         relation = batch.relation
         plan, shape = self._shape(relation)

@@ -1,7 +1,7 @@
 """Kafka transport: the records of ``cdcd.shaping`` produced to their topics, schemas in a Confluent registry.
 
 Every record of a transaction is produced asynchronously by an idempotent producer (acks=all); delivery
-callbacks acknowledge them to ``Progress``, so the flush LSN reaches a transaction's end only once Kafka has
+callbacks acknowledge them to ``Ledger``, so the flush LSN reaches a transaction's end only once Kafka has
 every message of it and of all earlier transactions. A full local queue blocks (the daemon stops reading WAL;
 nothing is dropped). A failed delivery stops the daemon with the LSN it reached. What the records are (topics,
 keys, envelopes, tombstones, key changes, transaction metadata) is ``cdcd.shaping``'s business.
@@ -24,10 +24,10 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from cdcd.avro.schema import column_changes
 from cdcd.batches import Buffered, Plain, Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.ledger import Entry, Ledger
 from cdcd.logging import library_logger
 from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage
-from cdcd.progress import Entry, Progress
 from cdcd.shaping import Emit, EmitMany, EventShaper, Headers
 from cdcd.sink import AtLeastOnce, SessionContext, SinkFailure
 
@@ -132,7 +132,7 @@ class KafkaSink(AtLeastOnce):
         self.shaper.start_session(session.database, session.types, session.plans, session.encoding)
         self.keep_alive = session.keep_alive
 
-    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Progress) -> None:
+    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Ledger) -> None:
         entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
         whole = self.settings.whole_transaction_changes
         if whole and txn.change_count >= whole:
@@ -151,7 +151,7 @@ class KafkaSink(AtLeastOnce):
             self.shaper.transaction(txn, changes, self._producing(acked, entry), emit_many)
         progress.seal(entry)
 
-    def write_shaped(self, shaped: Shaped, progress: Progress) -> None:
+    def write_shaped(self, shaped: Shaped, progress: Ledger) -> None:
         entry = progress.open(shaped.end_lsn, commit_times=shaped.unix_commit_times())
         self._producing_many(self._acked(progress, entry), entry)(shaped.records)
         progress.seal(entry)
@@ -160,12 +160,12 @@ class KafkaSink(AtLeastOnce):
         """Transactions committed at or below this LSN are in Kafka already: none known (at-least-once)."""
         return 0
 
-    def write_message(self, message: LogicalMessage, progress: Progress) -> None:
+    def write_message(self, message: LogicalMessage, progress: Ledger) -> None:
         entry = progress.open(message.lsn)
         self.shaper.message(message, self._emitter(progress, entry))
         progress.seal(entry)
 
-    def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None:
+    def write_snapshot(self, batch: SnapshotBatch, progress: Ledger) -> None:
         entry = progress.open(batch.lsn, None, batch.done)
         self.shaper.snapshot(batch, self._emitter(progress, entry))
         progress.seal(entry)
@@ -219,11 +219,11 @@ class KafkaSink(AtLeastOnce):
         if self._failure is None:
             self._failure = f"delivery to {topic} failed: {error.str()}"
 
-    def _emitter(self, progress: Progress, entry: Entry) -> Emit:
+    def _emitter(self, progress: Ledger, entry: Entry) -> Emit:
         """Produce each record for ``entry``: it is finished once Kafka acknowledged every one."""
         return self._producing(self._acked(progress, entry), entry)
 
-    def _acked(self, progress: Progress, entry: Entry) -> Acked:
+    def _acked(self, progress: Ledger, entry: Entry) -> Acked:
         """The delivery report of a record of ``entry``."""
         failed = self._failed
 

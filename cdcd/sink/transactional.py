@@ -4,7 +4,7 @@ transactions, each also writing the WAL position it covers to the progress topic
 A Kafka transaction holds whole PostgreSQL transactions (one or more: it is committed once
 ``commit_interval_ms`` passed since it began or ``max_messages`` were written, at a PostgreSQL transaction's
 end), snapshot batches and messages, then the progress record: the data and the position commit atomically.
-Nothing in it is confirmed to PostgreSQL (``Progress``) before the commit succeeded.
+Nothing in it is confirmed to PostgreSQL (``Ledger``) before the commit succeeded.
 
 At the start of each session ``committed`` fences any earlier writer with the same ``transactional.id``
 (aborting its open transaction) and reads the last committed record: stream records at or below its position
@@ -23,9 +23,9 @@ from confluent_kafka import KafkaError, KafkaException
 
 from cdcd.batches import Buffered, Plain, Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.ledger import Entry, Ledger
 from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage
-from cdcd.progress import Entry, Progress
 from cdcd.shaping import Emit, EmitMany, Headers
 from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
 from cdcd.sink import progress_topic as records
@@ -36,6 +36,7 @@ log = structlog.get_logger("cdcd.sink.kafka")
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 _READ_TIMEOUT_S = 10.0  # per request to Kafka while reading the progress topic; then it is tried again
 _READ_RETRY_PAUSE_S = 1.0  # between reads of the progress topic: some errors (no leader yet) come back at once
+_ABORT_TIMEOUT_S = 5.0  # an abort at a session's end waits this long for Kafka, then is left for the next session
 
 
 def _not_started(topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
@@ -61,7 +62,8 @@ class ExactlyOnceKafkaSink(KafkaSink):
         self._open_at: float | None = None  # monotonic time the open Kafka transaction began (None: none open)
         self._opened_with = 0  # self.produced when it began
         self._held: list[Entry] = []  # entries written in the open Kafka transaction, in order
-        self._progress: Progress | None = None
+        self._progress: Ledger | None = None
+        self._abort_pending = False  # an abort at a session's end did not go through: done before anything else
         self._position = -1  # start LSN of the last stream record written
         self._committed = Committed(0, -1, None)
         self._emit: Emit = _not_started
@@ -84,8 +86,12 @@ class ExactlyOnceKafkaSink(KafkaSink):
         self.keep_alive = keep_alive  # a stop request ends a wait for Kafka
         if not hasattr(self, "producer"):
             self._make_transactional(slot, system_id)
-        if self._open_at is not None:  # the last session's whole transactions: commit them (or rewind)
-            self._commit()
+        # What the last session left open is aborted, never committed: it comes from a connection that is gone,
+        # perhaps to a server since demoted (the promotion check comes after this); the server sends it again.
+        self._abort_open("a new replication session starts")
+        if self._abort_pending:
+            self._retrying("abort a Kafka transaction", lambda: self.producer.abort_transaction(1.0))
+            self._abort_pending = False
         self.slot, self.system_id = slot, system_id
         found = self._read_progress(slot)
         self._committed, self._position = Committed(0, -1, None), -1
@@ -163,7 +169,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Progress) -> None:
+    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Ledger) -> None:
         commit_time = pg_to_unix_us(txn.commit_time) / 1e6
         if txn.commit_lsn <= self._committed.position:
             for _ in changes:  # in Kafka already; shown to a snapshot window as any transaction written
@@ -176,7 +182,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
         progress.seal(entry)
         self._commit_if_due()
 
-    def write_shaped(self, shaped: Shaped, progress: Progress) -> None:
+    def write_shaped(self, shaped: Shaped, progress: Ledger) -> None:
         entry = self._hold(progress.open(shaped.end_lsn, commit_times=shaped.unix_commit_times()), progress)
         self._emit_many(shaped.records)
         self._position = shaped.commit_lsn
@@ -186,7 +192,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
     def already_written(self) -> int:
         return self._committed.position
 
-    def write_message(self, message: LogicalMessage, progress: Progress) -> None:
+    def write_message(self, message: LogicalMessage, progress: Ledger) -> None:
         if message.lsn <= self._committed.position:
             progress.seal(progress.open(message.lsn))
             return
@@ -196,14 +202,15 @@ class ExactlyOnceKafkaSink(KafkaSink):
         progress.seal(entry)
         self._commit_if_due()
 
-    def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None:
+    def write_snapshot(self, batch: SnapshotBatch, progress: Ledger) -> None:
         entry = self._hold(progress.open(batch.lsn, None, batch.done), progress)
         self.shaper.snapshot(batch, self._emit)
         progress.seal(entry)
         self._commit_if_due()
 
-    def _hold(self, entry: Entry, progress: Progress) -> Entry:
+    def _hold(self, entry: Entry, progress: Ledger) -> Entry:
         """``entry`` is finished when the Kafka transaction it is written in commits; open one if none is."""
+        assert not self._abort_pending, "an interrupted Kafka transaction is aborted before anything is written"
         if self._open_at is None:
             self._retrying("begin a Kafka transaction", self.producer.begin_transaction)
             self._open_at, self._opened_with = time.monotonic(), self.produced
@@ -237,10 +244,45 @@ class ExactlyOnceKafkaSink(KafkaSink):
         ):
             self._commit()
 
+    def end_session(self, ledger: Ledger) -> None:
+        """The session ended: an open Kafka transaction holding an entry that is not whole (its write was
+        interrupted) is aborted now, once; if Kafka does not answer, before anything else is written (``committed``).
+        One whose entries are all whole stays open for a stop's ``flush`` to commit."""
+        if self._open_at is None or all(entry.sealed for entry in self._held):
+            return
+        held = self._drop_open()
+        log.info("aborting the Kafka transaction of an interrupted write", entries=len(held))
+        try:
+            self.producer.abort_transaction(_ABORT_TIMEOUT_S)
+        except KafkaException as exc:
+            self._abort_pending = True
+            log.warning("cannot abort the Kafka transaction now; it is aborted first thing", error=exc.args[0].str())
+
+    def _abort_open(self, why: str) -> None:
+        """Abort the open Kafka transaction (if any): its entries are dropped from the ledger, never finished."""
+        if self._open_at is None:
+            return
+        held = self._drop_open()
+        log.info("aborting the open Kafka transaction", reason=why, entries=len(held))
+        self._retrying("abort a Kafka transaction", lambda: self.producer.abort_transaction(1.0))
+
+    def _drop_open(self) -> list[Entry]:
+        """Forget the open Kafka transaction: its entries leave the ledger and what it wrote is not written."""
+        held, ledger = self._held, self._progress
+        self._forget_open()
+        self._position = self._committed.position
+        if ledger is not None:
+            ledger.drop(held)
+        return held
+
     def _commit(self) -> None:
-        """Write the progress record and commit; then, only then, the held entries are finished."""
+        """Write the progress record and commit; then, only then, the held entries are finished. Never a Kafka
+        transaction holding part of a PostgreSQL transaction or snapshot batch: that one is aborted."""
         held, progress = self._held, self._progress
         assert progress is not None
+        if not all(entry.sealed for entry in held):
+            self._abort_open("it holds a write that was interrupted")
+            return
         for entry in held:  # snapshot progress first (in memory): the record carries the state after these rows
             done, entry.done = entry.done, None
             if done is not None:
@@ -293,7 +335,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
 
     def _abort(self, what: str, error: KafkaError) -> None:
         log.warning("Kafka transaction failed; aborting it and starting again from the last commit", error=error.str())
-        self._forget_open()
+        self._drop_open()
         self._retrying("abort a Kafka transaction", lambda: self.producer.abort_transaction(1.0))
         raise SinkRewind(f"cannot {what}: {error.str()}")
 

@@ -24,7 +24,7 @@ from cdcd.snapshot import control
 from cdcd.snapshot.copy import row_reader
 from cdcd.snapshot.xids import SnapshotXids
 from cdcd.source.catalog import ancestors, describe_table, enum_labels, index_columns, table_facts
-from cdcd.source.walsender import SourceDisconnected, SourceError, connect
+from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts, connect
 
 Conn = psycopg.Connection[Any]
 _T = TypeVar("_T")
@@ -33,10 +33,12 @@ _FIRST_USER_TYPE = 10000  # pgoutput sends Type messages for types at or above F
 # A table without statistics is counted (for the snapshot's progress) when it takes at most this much disk: a
 # count of 8 MiB is a few milliseconds; a larger table's estimate is "unknown" rather than a scan before its scan.
 COUNT_ROWS_UP_TO_BYTES = 8 << 20
-# Whether any table holding the rows (the table, or a partitioned table's leaves) has no statistics, and their size.
+# Whether any table holding the rows (the table, or a partitioned table's leaves) has no statistics (never vacuumed
+# nor analyzed: reltuples -1, or relpages 0 as an index built on it left them), and their size.
 _STATISTICS = (
-    "SELECT coalesce(bool_or(c.reltuples < 0 AND c.relkind <> 'p'), false), coalesce(sum(pg_relation_size(c.oid)), 0)"
-    " FROM pg_partition_tree(%s::regclass) AS t JOIN pg_class c ON c.oid = t.relid"
+    "SELECT coalesce(bool_or((c.reltuples < 0 OR c.relpages = 0) AND c.relkind <> 'p'), false),"
+    " coalesce(sum(pg_relation_size(c.oid)), 0) FROM pg_class c"
+    " WHERE c.oid = %(table)s OR c.oid IN (SELECT relid FROM pg_partition_tree(%(table)s::oid::regclass))"
 )
 
 
@@ -147,8 +149,9 @@ def select_query(
 class SnapshotReader:
     """A regular connection that reads tables for snapshots and writes watermarks."""
 
-    def __init__(self, dsn: str, password: str | None, slot: str) -> None:
-        self.conn = connect(dsn, password)
+    def __init__(self, dsn: str, password: str | None, slot: str, timeouts: Timeouts | None = None) -> None:
+        self.timeouts = timeouts or Timeouts()
+        self.conn = connect(dsn, password, self.timeouts)
         self.slot = slot
 
     def close(self) -> None:
@@ -186,22 +189,28 @@ class SnapshotReader:
     def estimate(self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None) -> int | None:
         """The rows ``rows`` would read: the planner's estimate (``pg_class.reltuples`` scaled to the table's
         current size, narrowed by ``condition`` and by the key range after ``after``). A table PostgreSQL has no
-        statistics for (``reltuples`` -1: never vacuumed or analyzed) gets no estimate, as the planner's guess
+        statistics for (never vacuumed or analyzed) gets no estimate, as the planner's guess
         from its pages is then far off (850 rows for a 2-row table); when it is small, its rows are counted.
         None: unknown."""
         query = select_query(table, condition, after, None)
         try:
-            unanalyzed, size = self.conn.execute(_STATISTICS, [table.relation.relation_id]).fetchone()  # type: ignore[misc]
-            if not unanalyzed:
-                plan = self.conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + query).fetchone()[0]  # type: ignore[index]
-                return int((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"])
-            if size > COUNT_ROWS_UP_TO_BYTES:
-                return None
-            return int(self.conn.execute(sql.SQL("SELECT count(*) FROM ({}) AS t").format(query)).fetchone()[0])  # type: ignore[index]
+            with self.timeouts.deadline(self.conn):
+                return self._estimate(table, query)
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
         except psycopg.Error as exc:
             raise SourceError(f"cannot estimate the rows of {table.name}: {_first(exc)}") from None
+
+    def _estimate(self, table: SnapshotTable, query: sql.Composed) -> int | None:
+        statistics = self.conn.execute(_STATISTICS, {"table": table.relation.relation_id}).fetchone()
+        assert statistics is not None
+        unanalyzed, size = statistics
+        if not unanalyzed:
+            plan = self.conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + query).fetchone()[0]  # type: ignore[index]
+            return int((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"])
+        if size > COUNT_ROWS_UP_TO_BYTES:
+            return None
+        return int(self.conn.execute(sql.SQL("SELECT count(*) FROM ({}) AS t").format(query)).fetchone()[0])  # type: ignore[index]
 
     def server(self) -> str:
         """``host:port/database`` of the source, for the operator (no user, no password)."""
@@ -215,28 +224,36 @@ class SnapshotReader:
         description and up to ``limit`` rows after ``after``, then the high watermark."""
         conn = self.conn
         try:
-            emit(conn, control.WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "low"})
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            try:
-                xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
-                table = describe(conn, name)
-                rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit)))
-                emit(conn, control.WATERMARK_PREFIX, {"slot": self.slot, "id": watermark, "mark": "high"})
-                # A non-transactional message waits for the WAL writer (up to wal_writer_delay) before the
-                # walsender may send it; a commit with an xid and synchronous_commit on flushes it at once.
-                conn.execute("SET LOCAL synchronous_commit = on")
-                conn.execute("SELECT pg_current_xact_id()")
-            finally:
-                conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
+            with self.timeouts.deadline(conn):
+                return self._chunk(name, condition, after, limit, watermark)
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
         except psycopg.Error as exc:
             raise SourceError(f"cannot read a chunk of {name}: {_first(exc)}") from None
-        return ChunkRead(table, rows, xids, watermark)
+
+    def _chunk(
+        self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, mark: str
+    ) -> ChunkRead:
+        conn = self.conn
+        emit(conn, control.WATERMARK_PREFIX, {"slot": self.slot, "id": mark, "mark": "low"})
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        try:
+            xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
+            table = describe(conn, name)
+            rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit)))
+            emit(conn, control.WATERMARK_PREFIX, {"slot": self.slot, "id": mark, "mark": "high"})
+            # A non-transactional message waits for the WAL writer (up to wal_writer_delay) before the
+            # walsender may send it; a commit with an xid and synchronous_commit on flushes it at once.
+            conn.execute("SET LOCAL synchronous_commit = on")
+            conn.execute("SELECT pg_current_xact_id()")
+        finally:
+            conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
+        return ChunkRead(table, rows, xids, mark)
 
     def _guard(self, call: Callable[[], _T]) -> _T:
         try:
-            return call()
+            with self.timeouts.deadline(self.conn):
+                return call()
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
 

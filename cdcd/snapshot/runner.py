@@ -25,8 +25,8 @@ import structlog
 
 from cdcd.batches import SnapshotBatch
 from cdcd.filters.plan import FilterPlan
+from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, Type
-from cdcd.progress import Progress
 from cdcd.snapshot import control
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
@@ -65,7 +65,7 @@ class Chunk(Protocol):
 class BatchWriter(Protocol):
     """Where snapshot rows go (the sink)."""
 
-    def write_snapshot(self, batch: SnapshotBatch, progress: Progress) -> None: ...
+    def write_snapshot(self, batch: SnapshotBatch, progress: Ledger) -> None: ...
 
 
 class Reader(Protocol):
@@ -105,7 +105,7 @@ class _Open:
 class Snapshotter:
     reader: Reader
     sink: BatchWriter
-    progress: Progress
+    ledger: Ledger
     store: StateStore
     state: SnapshotState
     plan: FilterPlan
@@ -238,7 +238,7 @@ class Snapshotter:
     ) -> None:
         done = self._saved(item, key, len(rows), final)
         self.sink.write_snapshot(
-            SnapshotBatch(relation, rows, lsn, time.time_ns() // 1000, "true", first, last, done), self.progress
+            SnapshotBatch(relation, rows, lsn, time.time_ns() // 1000, "true", first, last, done), self.ledger
         )
 
     def saved(self) -> None:
@@ -323,7 +323,7 @@ class Snapshotter:
         self.cursors[item.id] = current.last_key
         done = self._saved(item, current.last_key, len(rows), current.final)
         batch = SnapshotBatch(current.relation, rows, message.lsn, time.time_ns() // 1000, "incremental", done=done)
-        self.sink.write_snapshot(batch, self.progress)
+        self.sink.write_snapshot(batch, self.ledger)
         self._count(item, len(rows))
         if current.final:
             self.handed.add(item.id)  # stays queued until acknowledged; the next table goes on meanwhile

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from cdcd.ledger import Positions
+
 Kind = Literal["initial", "incremental"]
 
 
@@ -77,11 +79,14 @@ def state_dir_problem(state_dir: Path) -> str | None:
 
 
 class StateStore:
-    """``<state_dir>/<slot>.snapshot.json``."""
+    """``<state_dir>/<slot>.snapshot.json``: the snapshot state and, beside it (``positions``), what the position
+    ledger keeps across restarts."""
 
     def __init__(self, state_dir: Path, slot: str) -> None:
         self.path = state_dir / f"{slot}.snapshot.json"
         self.slot = slot
+        self.positions = Positions()
+        self._saved: dict[str, Any] | None = None  # the state as last saved or loaded
 
     def load(self) -> SnapshotState | None:
         try:
@@ -93,6 +98,8 @@ class StateStore:
         except ValueError as exc:
             raise StateError(f"snapshot state {self.path} is not valid JSON: {exc}") from None
         try:
+            self.positions = Positions(**data.pop("positions", {}))
+            self._saved = dict(data)
             state = SnapshotState.from_json(data)
         except TypeError as exc:
             raise StateError(f"snapshot state {self.path} has an unexpected layout: {exc}") from None
@@ -101,11 +108,23 @@ class StateStore:
         return state
 
     def save(self, state: SnapshotState) -> None:
+        self._write(state.to_json())
+
+    def save_positions(self, positions: Positions) -> None:
+        """Save ``positions`` beside the state as last saved (never the state in memory, which may be ahead of
+        what an exactly-once sink committed), if they changed."""
+        if positions == self.positions or self._saved is None:
+            return
+        self.positions = positions
+        self._write(self._saved)
+
+    def _write(self, state: dict[str, Any]) -> None:
+        self._saved = state
         tmp = self.path.with_suffix(".tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with tmp.open("w") as f:
-                json.dump(state.to_json(), f, indent=1)
+                json.dump({**state, "positions": asdict(self.positions)}, f, indent=1)
                 f.flush()
                 os.fsync(f.fileno())
             tmp.replace(self.path)

@@ -6,8 +6,12 @@ This is the only place that talks the replication protocol over the network (psy
 
 from __future__ import annotations
 
+import contextlib
+import os
 import select
-from collections.abc import Callable
+import socket
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -56,6 +60,11 @@ class SourceDisconnected(ConnectionError):
     """The connection to the server was lost or could not be made; retrying may succeed."""
 
 
+class SlotActive(SourceDisconnected):
+    """The slot is held by another connection: after a lost connection, usually this process's own earlier
+    walsender, which the server keeps until its wal_sender_timeout notices; retried with backoff."""
+
+
 @dataclass(frozen=True)
 class SessionInfo:
     timeline: int
@@ -83,13 +92,68 @@ SESSION_SETTINGS = (
 )
 
 
-def connect(dsn: str, password: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
-    """A connection with the pinned session settings; connection failures become SourceDisconnected.
-    ``password`` (from source.password_file) overrides the DSN's. Error messages never quote the DSN."""
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a connection may wait on the network: a partition that swallows packets must end in an error, not
+    in a read that never returns. ``receive_s``: TCP user timeout and keepalives (0: libpq's defaults);
+    ``statement_s``: the server's statement_timeout (0: none)."""
+
+    receive_s: float = 60.0
+    connect_s: int = 10
+    statement_s: float = 0.0
+
+    @classmethod
+    def of(cls, settings: SourceSettings, statements: bool = False) -> Timeouts:
+        statement_s = settings.statement_timeout_s if statements else 0.0
+        return cls(settings.receive_timeout_s, settings.connect_timeout_s, statement_s)
+
+    @property
+    def deadline_s(self) -> float:
+        """How long a query may wait for the server before its connection is given up (``deadline``): past the
+        server's own statement_timeout, so a server that is there answers first. 0: never."""
+        return max(self.receive_s, self.statement_s) + 5 if self.receive_s else 0.0
+
+    @contextlib.contextmanager
+    def deadline(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """Give up ``conn`` if the block still waits on it after ``deadline_s``: its socket is shut down, so the
+        wait ends in an error. A partition holds packets without a word, and neither the server's
+        statement_timeout nor TCP keepalives (answered by whatever sits in between) would end that wait."""
+        seconds = self.deadline_s
+        if not seconds:
+            yield
+            return
+        timer = threading.Timer(seconds, _shut_down, [conn.pgconn.socket])
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    def apply(self, params: dict[str, Any]) -> None:
+        """Set the libpq parameters the DSN does not set itself."""
+        params.setdefault("connect_timeout", str(self.connect_s))
+        if self.receive_s:
+            params.setdefault("keepalives", "1")
+            params.setdefault("keepalives_idle", str(max(1, int(self.receive_s / 4))))
+            params.setdefault("keepalives_interval", str(max(1, int(self.receive_s / 12))))
+            params.setdefault("keepalives_count", "3")
+            params.setdefault("tcp_user_timeout", str(int(self.receive_s * 1000)))
+        if self.statement_s:
+            params["options"] = f"{params.get('options') or ''} -c statement_timeout={int(self.statement_s * 1000)}"
+
+
+def connect(
+    dsn: str, password: str | None = None, timeouts: Timeouts | None = None, **kwargs: Any
+) -> psycopg.Connection[Any]:
+    """A connection with the pinned session settings and network ``timeouts``; connection failures become
+    SourceDisconnected. ``password`` (from source.password_file) overrides the DSN's. Error messages never quote
+    the DSN."""
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise SourceError(f"source.dsn is not a valid connection string: {safe_conninfo_error(exc)}") from None
+    (timeouts or Timeouts()).apply(params)
     params["options"] = f"{params.get('options') or ''} {SESSION_SETTINGS}".strip()
     if password is not None:
         params["password"] = password
@@ -99,6 +163,14 @@ def connect(dsn: str, password: str | None = None, **kwargs: Any) -> psycopg.Con
         raise SourceError(f"source.dsn is not a valid connection string: {safe_conninfo_error(exc)}") from None
     except psycopg.OperationalError as exc:
         raise SourceDisconnected(f"cannot connect to PostgreSQL: {redact(first_line(exc))}") from None
+
+
+def _shut_down(fd: int) -> None:
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # closed meanwhile
+        pass
 
 
 def first_line(exc: BaseException) -> str:
@@ -114,6 +186,7 @@ class Walsender:
         self._dsn = settings.dsn.get_secret_value()
         self._admin: psycopg.Connection[Any] | None = None
         self._repl: psycopg.Connection[Any] | None = None
+        self._timeouts = Timeouts.of(settings, statements=True)
 
     def __enter__(self) -> Walsender:
         return self
@@ -136,11 +209,11 @@ class Walsender:
         ``replace_lost``: drop and recreate a slot PostgreSQL invalidated (its WAL is gone). ``must_exist``: the
         reason the slot should exist (a missing one is then an error, not created)."""
         password = self.settings.read_password()
-        self._admin = admin = connect(self._dsn, password)
+        self._admin = admin = connect(self._dsn, password, self._timeouts)
         server_version = admin.info.server_version
         encoding = wire_encoding(admin.info.parameter_status("server_encoding") or "UTF8")
         plan = self._prepare_publications(admin)
-        self._repl = connect(self._dsn, password, replication="database")
+        self._repl = connect(self._dsn, password, Timeouts.of(self.settings), replication="database")
         system = self._command("IDENTIFY_SYSTEM")
         created = self._ensure_slot(admin, server_version, export_snapshot, replace_lost, must_exist)
         proto = self.settings.protocol_version
@@ -211,7 +284,8 @@ class Walsender:
         if self._admin is None:
             raise SourceDisconnected("catalog connection is not open")
         try:
-            return query(self._admin)
+            with self._timeouts.deadline(self._admin):
+                return query(self._admin)
         except psycopg.Error as exc:
             raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
 
@@ -220,11 +294,13 @@ class Walsender:
         if self._admin is None:
             return None
         try:
-            row = self._admin.execute(
-                "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint FROM pg_replication_slots WHERE slot_name = %s",
-                [self.settings.slot],
-            ).fetchone()
-        except psycopg.Error as exc:
+            with self._timeouts.deadline(self._admin):
+                row = self._admin.execute(
+                    "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint FROM pg_replication_slots"
+                    " WHERE slot_name = %s",
+                    [self.settings.slot],
+                ).fetchone()
+        except psycopg.Error as exc:  # a lost connection shows at the next catalog query or replication read
             log.debug("cannot read the slot's retained WAL", error=first_line(exc))
             return None
         return None if row is None or row[0] is None else int(row[0])
@@ -276,7 +352,10 @@ class Walsender:
             if database != admin.info.dbname:
                 raise SourceError(f"slot {slot!r} belongs to database {database!r}, not {admin.info.dbname!r}")
             if active:
-                raise SourceError(f"slot {slot!r} is active: another consumer (pid {active_pid}) is streaming from it")
+                raise SlotActive(
+                    f"slot {slot!r} is active: another connection (pid {active_pid}) is streaming from it (a lost"
+                    " connection of this process the server has not noticed yet, or another consumer)"
+                )
             if wal_status not in _INVALIDATED:
                 self._set_failover(server_version)
                 return None

@@ -84,16 +84,34 @@ def test_tail_refuses_a_missing_publication(db: Database, tmp_path: Path) -> Non
     assert "publication(s) nope do not exist" in result.stderr
 
 
-def test_second_consumer_on_an_active_slot_fails_fast(db: Database, tail_factory: Callable[..., Tail]) -> None:
+def test_an_active_slot_is_waited_for_then_given_up(db: Database, tail_factory: Callable[..., Tail]) -> None:
+    """A slot held by another connection (after a lost connection, usually this process's own old walsender, which
+    the server keeps until wal_sender_timeout) is retried with backoff: a second consumer takes over once the first
+    goes, and one that waits past reconnect.slot_active_wait_s stops with the reason."""
     db.execute("CREATE TABLE items (id int PRIMARY KEY); CREATE PUBLICATION cdcd_pub FOR TABLE items")
     first = tail_factory().start()
     first.wait_streaming()
-    second = tail_factory(slot=first.slot)
-    second.output, second.log = second.output.with_name("second.jsonl"), second.log.with_name("second.log")
-    second.start()
-    assert second.proc is not None
-    assert second.proc.wait(timeout=30) == 1
-    assert "is active: another consumer" in second.log.read_text()
+    waiting = tail_factory(slot=first.slot)
+    waiting.output, waiting.log = waiting.output.with_name("waiting.jsonl"), waiting.log.with_name("waiting.log")
+    waiting.start()
+    deadline = time.monotonic() + 30
+    while "is active" not in (waiting.log.read_text() if waiting.log.exists() else ""):  # it read its config
+        assert time.monotonic() < deadline, "the second consumer never tried the slot"
+        time.sleep(0.1)
+    # the same slot: the same config file name, written anew
+    impatient = tail_factory(slot=first.slot, reconnect={"initial_backoff_s": 0.2, "slot_active_wait_s": 2})
+    impatient.output, impatient.log = impatient.output.with_name("gives-up.jsonl"), impatient.log.with_name("gu.log")
+    impatient.start()
+    assert impatient.proc is not None
+    assert impatient.proc.wait(timeout=30) == 1
+    assert "is active: another connection" in impatient.log.read_text()
+    assert "slot_active_wait_s" in impatient.log.read_text()
+    assert waiting.proc is not None
+    assert waiting.proc.poll() is None  # still waiting
+    assert first.stop() == 0
+    waiting.wait_streaming()
+    db.execute("INSERT INTO items VALUES (1)")
+    assert [line["after"] for line in waiting.wait_for(lambda lines: len(lines) == 1)] == [{"id": "1"}]
 
 
 def test_manage_publications_creates_them(db: Database, tail_factory: Callable[..., Tail]) -> None:

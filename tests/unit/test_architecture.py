@@ -23,7 +23,7 @@ PURE = (
     "cdcd.plan",
     "cdcd.shaping",
     "cdcd.avro",
-    "cdcd.progress",
+    "cdcd.ledger",
     "cdcd.replication.core",
     "cdcd.snapshot.runner",
     "cdcd.snapshot.window",

@@ -15,8 +15,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from cdcd.batches import SnapshotBatch
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import RowChange
-from cdcd.progress import Progress
 from cdcd.replication.start import committed_snapshot
 from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
 from cdcd.sink import progress_topic as records
@@ -67,15 +67,16 @@ def test_the_committed_snapshot_state_wins_over_the_state_file() -> None:
         committed_snapshot(Committed(1, 1, {"slot": "s", "colour": 1}), None, "s")
 
 
-def test_progress_resumes_at_a_committed_position_and_discards_what_was_dropped() -> None:
-    progress = Progress()
+def test_progress_resumes_at_a_committed_position_and_drops_what_was_dropped() -> None:
+    progress = Ledger()
     progress.resume_at(500)
     assert progress.flushed_lsn == progress.received_lsn == 500
     entry = progress.open(600)
     entry.outstanding += 1
     progress.seal(entry)
-    progress.discard()
+    progress.drop([entry])
     assert progress.pending == 0
+    progress.ack(entry)  # a late acknowledgement of a dropped entry changes nothing
     assert progress.flushed_lsn == 500
     progress.idle(700, in_transaction=False)
     assert progress.flushed_lsn == 700
@@ -161,7 +162,7 @@ def insert(key: int) -> RowChange:
 
 def test_nothing_is_confirmed_before_the_kafka_commit_which_carries_the_position() -> None:
     out, producer = sink()
-    progress = Progress()
+    progress = Ledger()
     out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], progress)
     out.write_transaction(txn(insert(2), commit_lsn=0x200), [insert(2)], progress)
     assert progress.flushed_lsn == 0
@@ -179,7 +180,7 @@ def test_nothing_is_confirmed_before_the_kafka_commit_which_carries_the_position
 def test_what_the_last_commit_covered_is_not_written_again() -> None:
     out, producer = sink()
     out._committed = Committed(0x208, 0x200, None)
-    progress = Progress()
+    progress = Ledger()
     seen: list[RowChange] = []
 
     def changes(change: RowChange) -> Iterator[RowChange]:
@@ -197,7 +198,7 @@ def test_snapshot_progress_goes_into_the_record_of_the_transaction_holding_the_r
     state = {"rows": 0}
     saved_after: list[list[str]] = []
     out, producer = sink(lambda: dict(state), lambda: saved_after.append(producer.names()))
-    progress = Progress()
+    progress = Ledger()
 
     def done() -> None:
         state["rows"] += 2
@@ -214,7 +215,7 @@ def test_snapshot_progress_goes_into_the_record_of_the_transaction_holding_the_r
 
 def test_an_abortable_commit_failure_aborts_and_rewinds_without_confirming() -> None:
     out, producer = sink()
-    progress = Progress()
+    progress = Ledger()
     out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], progress)
     producer.failures["commit"] = [KafkaError(KafkaError._TIMED_OUT, "broker away", retriable=True)]
     producer.failures["commit"].append(KafkaError(KafkaError._OUTDATED, "lost", txn_requires_abort=True))
@@ -223,7 +224,7 @@ def test_an_abortable_commit_failure_aborts_and_rewinds_without_confirming() -> 
     assert [e["error"] for e in logs if e["event"] == "waiting for Kafka"] == ["broker away"]  # the retried one
     assert producer.names()[-1] == "abort"
     assert progress.flushed_lsn == 0
-    out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], Progress())
+    out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], Ledger())
     assert producer.names()[-2] == "begin"  # a new Kafka transaction, after the abort
 
 
@@ -231,19 +232,102 @@ def test_a_fenced_producer_stops_with_a_message_naming_the_cause() -> None:
     out, producer = sink()
     producer.failures["begin"] = [KafkaError(KafkaError._FENCED, "fenced", fatal=True)]
     with pytest.raises(SinkFailure, match="took over \\(fenced\\): is a second cdcd running"):
-        out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], Progress())
+        out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], Ledger())
 
 
-def test_a_new_session_commits_the_last_sessions_whole_transactions_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_session_aborts_what_the_last_session_left_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole or not, what an ended session left in the open Kafka transaction is aborted, never committed: the
+    promotion check comes later, and the server sends it again."""
     out, producer = sink()
     monkeypatch.setattr(records, "read_last", lambda *_: None)
-    progress = Progress()
+    progress = Ledger()
     out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], progress)
     assert (
         out.committed("s", SYSTEM, slot_created=False, keep_alive=lambda: None) is None
     )  # no record yet: the slot's position
-    assert producer.names()[-2:] == ["produce __cdcd-progress-cdcd", "commit"]
+    assert producer.names()[-1] == "abort"
+    assert "commit" not in producer.names()
+    assert progress.flushed_lsn == 0
+    assert progress.pending == 0
+
+
+class Interrupted(Exception):
+    """What a stop request or a lost connection raises from a sink's wait for room in the producer's queue."""
+
+
+def interrupted_after(count: int) -> Iterator[RowChange]:
+    for key in range(count):
+        yield insert(key)
+    raise Interrupted
+
+
+def test_an_interrupted_transaction_is_aborted_at_the_sessions_end_and_never_confirmed() -> None:
+    out, producer = sink()
+    progress = Ledger()
+    out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], progress)  # whole
+    with pytest.raises(Interrupted):
+        out.write_transaction(txn(insert(2), insert(3), commit_lsn=0x200), interrupted_after(1), progress)
+    assert progress.pending == 2
+    out.end_session(progress)
+    assert progress.end_session() == 0  # the sink dropped both: its Kafka transaction is aborted
+    assert producer.names()[-1] == "abort"
+    assert progress.pending == 0
+    out.flush(1.0)  # a stop: nothing left to commit
+    assert "commit" not in producer.names()
+    assert progress.flushed_lsn == 0
+
+
+def test_a_session_ending_between_whole_writes_leaves_them_for_the_stops_flush() -> None:
+    out, producer = sink()
+    progress = Ledger()
+    out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], progress)
+    out.end_session(progress)
+    assert progress.end_session() == 0
+    out.flush(1.0)
+    assert producer.names()[-1] == "commit"
     assert progress.flushed_lsn == 0x108
+
+
+def test_a_partial_snapshot_batch_is_never_committed_nor_marked_done() -> None:
+    """A stop during the initial snapshot, while the sink waited for Kafka: the batch's rows are partly written."""
+    out, producer = sink()
+    progress = Ledger()
+    finished: list[int] = []
+    whole = SnapshotBatch(REL, [("1", "a")], 0x50, 0, "true", done=lambda: finished.append(1))
+    out.write_snapshot(whole, progress)
+    calls = len(producer.calls)
+
+    def produce_then_stop(*args: Any) -> None:
+        if len(producer.calls) > calls:
+            raise Interrupted
+        producer.calls.append(("produce", args[:1] + args[2:3] + args[1:2]))
+
+    producer.produce = produce_then_stop  # type: ignore[method-assign,assignment]
+    out._emit = out._producing(None, None)
+    partial = SnapshotBatch(REL, [("2", "b"), ("3", "c")], 0x50, 0, "true", done=lambda: finished.append(2))
+    with pytest.raises(Interrupted):
+        out.write_snapshot(partial, progress)
+    out.flush(1.0)  # the guard: a Kafka transaction holding part of a batch is aborted, whatever asks to commit
+    assert producer.names()[-1] == "abort"
+    assert finished == []  # not even the whole batch before it: it was in the same aborted Kafka transaction
+    assert progress.pending == 0  # both dropped from the ledger with the Kafka transaction
+    assert progress.flushed_lsn == 0
+
+
+def test_after_an_abort_the_next_record_does_not_claim_what_was_aborted() -> None:
+    out, producer = sink()
+    out._committed = Committed(0x108, 0x100, None)
+    progress = Ledger()
+    out.write_transaction(txn(insert(3), commit_lsn=0x300), [insert(3)], progress)
+    with pytest.raises(Interrupted):
+        out.write_transaction(txn(insert(4), insert(5), commit_lsn=0x400), interrupted_after(1), progress)
+    out.end_session(progress)
+    progress.end_session()
+    out.write_snapshot(SnapshotBatch(REL, [("9", "z")], 0x50, 0, "incremental"), progress)
+    out.flush(1.0)
+    _, (_, _, value) = producer.calls[-2]
+    # 0x300 was aborted: a record claiming it would make a restart skip it
+    assert records.decode(value, "s", SYSTEM, "__cdcd-progress-cdcd").position == 0x100
 
 
 def test_before_its_first_session_the_sink_is_not_ready_and_holds_nothing() -> None:

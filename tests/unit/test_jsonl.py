@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cdcd.assembly import Assembler, BufferPool
+from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import (
     UNCHANGED_TOAST,
     Begin,
@@ -19,7 +20,6 @@ from cdcd.pgoutput.messages import (
     RowChange,
     Truncate,
 )
-from cdcd.progress import Progress
 from cdcd.sink.jsonl import JsonLinesSink
 
 REL = Relation(
@@ -31,11 +31,11 @@ REL = Relation(
 )
 
 
-def emit(tmp_path: Path, *changes: Message) -> tuple[list[dict[str, Any]], Progress]:
+def emit(tmp_path: Path, *changes: Message) -> tuple[list[dict[str, Any]], Ledger]:
     assembler = Assembler(BufferPool(1 << 20, tmp_path))
     out = io.BytesIO()
     sink = JsonLinesSink(out)
-    progress = Progress()
+    progress = Ledger()
     assembler.feed(Begin(0x1_0000_0100, 0, 77))
     for change in changes:
         assembler.feed(change)
@@ -107,7 +107,7 @@ def test_truncate_of_several_tables_gives_a_line_each(tmp_path: Path) -> None:
 
 def test_non_transactional_message(tmp_path: Path) -> None:
     out = io.BytesIO()
-    progress = Progress()
+    progress = Ledger()
     JsonLinesSink(out).write_message(LogicalMessage(False, 0x40, "p", b"hi"), progress)
     (line,) = [json.loads(x) for x in out.getvalue().decode().splitlines()]
     assert (line["op"], line["xid"], line["lsn"], line["content_base64"]) == ("m", None, "0/40", "aGk=")

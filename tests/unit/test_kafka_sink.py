@@ -15,8 +15,8 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from cdcd.batches import Shaped
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.ledger import Ledger
 from cdcd.lsn import pg_to_unix_us
-from cdcd.progress import Progress
 from cdcd.sink import SinkFailure
 from cdcd.sink import kafka as sink_kafka
 from cdcd.sink.kafka import KafkaSink, check_kafka
@@ -160,7 +160,7 @@ def test_shaped_records_are_produced_in_order_and_confirmed_once_all_are_acknowl
     queue = Queue(room=7)
     sink.producer = queue  # type: ignore[assignment]
     finished: list[float] = []
-    progress = Progress(on_done=finished.append)
+    progress = Ledger(on_done=finished.append)
     batch = shaped(20)
     sink.write_shaped(batch, progress)
     assert queue.delivered + [q[:3] for q in queue.queued] == batch.records
@@ -178,7 +178,7 @@ def test_shaped_records_are_produced_in_order_and_confirmed_once_all_are_acknowl
 def test_a_shaped_record_that_fails_stops_the_sink_and_nothing_is_confirmed(sink: KafkaSink) -> None:
     queue = Queue(room=100, error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
     sink.producer = queue  # type: ignore[assignment]
-    progress = Progress()
+    progress = Ledger()
     sink.write_shaped(shaped(3), progress)
     with pytest.raises(SinkFailure, match=r"delivery to cdc\.public\.t failed"):
         sink.poll()
@@ -234,7 +234,7 @@ def test_a_large_transaction_is_produced_whole_after_every_earlier_message(monke
     """Without a callback per message: in Kafka whole (through a full queue) when write_transaction returns,
     after everything produced before it; smaller ones as before, by the first producer."""
     sink, single, made, txn = whole_setup(monkeypatch)
-    progress = Progress()
+    progress = Ledger()
     sink.write_shaped(shaped(4, end_lsn=0x4100), progress)
     assert single.queued
     assert progress.flushed_lsn == 0
@@ -259,7 +259,7 @@ def test_a_failure_in_a_whole_transaction_stops_the_sink_and_nothing_is_confirme
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sink, single, _, txn = whole_setup(monkeypatch, error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
-    progress = Progress()
+    progress = Ledger()
     with pytest.raises(SinkFailure, match=r"delivery to cdc\.public\.t failed"):
         sink.write_transaction(txn(6, 0x6000), iter(()), progress)
     assert progress.flushed_lsn == 0

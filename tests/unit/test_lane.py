@@ -17,6 +17,7 @@ from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Shaped
 from cdcd.config import Publication
 from cdcd.filters import FilterPlan, RowFilter
+from cdcd.ledger import Ledger
 from cdcd.native import native
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import (
@@ -33,7 +34,6 @@ from cdcd.pgoutput.messages import (
     StreamStop,
 )
 from cdcd.plan import Plans
-from cdcd.progress import Progress
 from cdcd.replication.core import Event, ReplicationCore, Write
 from cdcd.replication.lane import MAX_CHANGES, Lane, carry_out
 from cdcd.shaping import EventShaper
@@ -72,7 +72,7 @@ def stages(
     """The core and the shaper; ``early``: changes encoded as they arrive, as the loop wires them with the lane;
     ``limit``: the buffers' memory (0: every change spilled at once)."""
     decoder = Decoder(parallel_streaming=parallel)
-    core = ReplicationCore(decoder, Assembler(BufferPool(limit, tmp_path)), Progress(), rowfilter=rowfilter)
+    core = ReplicationCore(decoder, Assembler(BufferPool(limit, tmp_path)), Ledger(), rowfilter=rowfilter)
     shaper = EventShaper("cdc", Registry(), clock_us=lambda: NOW_US)
     shaper.start_session("shop", decoder.types, rowfilter.plans if rowfilter else Plans())
     if early:
@@ -132,7 +132,7 @@ def compare(
         assert out.error == python.error
         assert shaper.events == pshaper.events
         assert shaper.last_commit_lsn == pshaper.last_commit_lsn
-        assert core.progress.received_lsn == pcore.progress.received_lsn
+        assert core.ledger.received_lsn == pcore.ledger.received_lsn
         assert list(core.recent_xids) == list(pcore.recent_xids)
         assert (core.stats.transactions, core.stats.changes) == (pcore.stats.transactions, pcore.stats.changes)
         assert core.stats.outcomes == pcore.stats.outcomes

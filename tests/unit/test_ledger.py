@@ -71,3 +71,39 @@ def test_an_entry_of_several_transactions_reports_each_commit_time_once_finished
     assert finished == [5.0, 6.0, 7.0, 8.0]
     assert p.flushed_lsn == 300
     assert p.oldest_commit_time() is None
+
+
+def test_a_session_that_ends_drops_what_it_did_not_hand_over_whole() -> None:
+    """An entry left unsealed (its write was interrupted) never finishes: it would hold the confirmed position
+    back for good, and finishing it would confirm a transaction Kafka has part of."""
+    done: list[int] = []
+    p = Ledger()
+    whole = p.open(100, done=lambda: done.append(100))
+    whole.outstanding += 1
+    p.seal(whole)
+    partial = p.open(200, done=lambda: done.append(200))
+    partial.outstanding += 3  # three messages produced, then the write was interrupted
+    assert p.published_lsn == 200
+    assert p.end_session() == 1
+    assert p.pending == 1
+    p.ack(partial)  # late acknowledgements of the dropped entry change nothing
+    p.ack(whole)
+    assert p.flushed_lsn == 100
+    assert done == [100]
+    later = p.open(300)
+    p.seal(later)
+    assert p.flushed_lsn == 300  # nothing left at the head blocks what comes next
+    assert p.end_session() == 0
+
+
+def test_dropping_whole_entries_lets_the_ones_before_them_finish() -> None:
+    p = Ledger()
+    first, second = p.open(100), p.open(200)
+    first.outstanding += 1
+    second.outstanding += 1
+    p.seal(first)
+    p.seal(second)
+    p.drop([second])  # e.g. an aborted Kafka transaction held it
+    p.ack(first)
+    assert p.flushed_lsn == 100
+    assert p.pending == 0

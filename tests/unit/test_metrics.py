@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from cdcd.ledger import Ledger
 from cdcd.metrics import Metrics, State
-from cdcd.progress import Progress
 from cdcd.secrets import register_secret
 from tests.http import get, scrape
 
@@ -28,12 +28,12 @@ class FakeSink:
         return self.ok
 
 
-Served = tuple[Metrics, State, FakeSink, Progress, str]
+Served = tuple[Metrics, State, FakeSink, Ledger, str]
 
 
 @pytest.fixture
 def served() -> Iterator[Served]:
-    progress = Progress()
+    progress = Ledger()
     state = State(oldest_unacked_commit=progress.oldest_commit_time)
     sink = FakeSink()
     metrics = Metrics(state, sink, health_timeout_s=5)

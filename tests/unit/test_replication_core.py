@@ -12,6 +12,7 @@ import pytest
 from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Transaction
 from cdcd.filters import FilterPlan, RowFilter
+from cdcd.ledger import Ledger
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import (
     Begin,
@@ -27,13 +28,13 @@ from cdcd.pgoutput.messages import (
     StreamAbort,
     StreamCommit,
 )
-from cdcd.progress import Progress
 from cdcd.replication.core import (
     CAUGHT_UP_STATUS_S,
     STATUS_REQUESTED,
     Event,
     Publish,
     ReplicationCore,
+    Silence,
     SnapshotRequest,
     Stats,
     Watermark,
@@ -70,11 +71,11 @@ def built(*messages: tuple[int, Message]) -> list[bytes]:
 
 
 def core_for(
-    tmp_path: Path, capture: CaptureInfo | None = None, progress: Progress | None = None, **options: object
+    tmp_path: Path, capture: CaptureInfo | None = None, progress: Ledger | None = None, **options: object
 ) -> ReplicationCore:
     parallel = capture is not None and capture.options.get("streaming") == "parallel"
     pool = BufferPool(1 << 16, tmp_path)  # small: the bulk streams spill
-    return ReplicationCore(Decoder(parallel_streaming=parallel), Assembler(pool), progress or Progress(), **options)  # type: ignore[arg-type]
+    return ReplicationCore(Decoder(parallel_streaming=parallel), Assembler(pool), progress or Ledger(), **options)  # type: ignore[arg-type]
 
 
 def run(core: ReplicationCore, frames: Iterable[bytes], ack: bool = True) -> list[Event]:
@@ -87,11 +88,11 @@ def run(core: ReplicationCore, frames: Iterable[bytes], ack: bool = True) -> lis
         if isinstance(event, Write):
             changes = list(event.changes)
             event = Write(event.transaction, iter(changes))
-            entry = core.progress.open(event.transaction.end_lsn)
+            entry = core.ledger.open(event.transaction.end_lsn)
             entry.outstanding = len(changes)
             if ack and entry.outstanding:
-                core.progress.ack(entry, entry.outstanding)
-            core.progress.seal(entry)
+                core.ledger.ack(entry, entry.outstanding)
+            core.ledger.seal(entry)
         events.append(event)
     return events
 
@@ -120,8 +121,8 @@ def test_every_committed_transaction_is_written_once_in_commit_order(
     core = core_for(tmp_path, capture, messages=True)
     txns = written(run(core, frames_of(fx.stream(capture.proto, capture.scenario))))
     assert [(t.commit_lsn, t.end_lsn) for t in txns] == commits
-    assert core.progress.flushed_lsn == (commits[-1][1] if commits else 0)
-    assert status_flush(core) == core.progress.flushed_lsn
+    assert core.ledger.flushed_lsn == (commits[-1][1] if commits else 0)
+    assert status_flush(core) == core.ledger.flushed_lsn
     assert list(core.recent_xids) == [t.xid for t in txns]
     aborted = sum(isinstance(m, StreamAbort) and m.xid == m.subxid for m in messages)
     rolled_back = sum(isinstance(m, RollbackPrepared) for m in messages)
@@ -149,7 +150,7 @@ def test_a_reconnect_mid_transaction_writes_each_transaction_once(
 ) -> None:
     frames = frames_of(fx.stream(capture.proto, capture.scenario))
     clean = written(run(core_for(tmp_path / "clean", capture), frames))
-    progress = Progress()
+    progress = Ledger()
     first = core_for(tmp_path, capture, progress)
     run(first, frames[: len(frames) // 2])
     first.reset()  # the connection dropped mid-stream: the unfinished transactions are dropped
@@ -165,7 +166,7 @@ def test_a_reconnect_mid_transaction_writes_each_transaction_once(
 def test_a_keepalive_on_an_idle_slot_confirms_its_position(tmp_path: Path) -> None:
     core = core_for(tmp_path)
     assert core.frame(keepalive(0x5000)) is None
-    assert core.progress.received_lsn == core.progress.flushed_lsn == 0x5000
+    assert core.ledger.received_lsn == core.ledger.flushed_lsn == 0x5000
     assert status_flush(core) == 0x5000
     assert core.frame(keepalive(0x6000, reply=True)) is STATUS_REQUESTED
     assert status_flush(core) == 0x6000
@@ -175,8 +176,8 @@ def test_a_keepalive_inside_a_transaction_confirms_nothing(tmp_path: Path) -> No
     core = core_for(tmp_path)
     run(core, one_transaction(0x100)[:-1])  # Relation, Begin, Insert: no Commit yet
     assert run(core, [keepalive(0x150)]) == []
-    assert core.progress.flushed_lsn == 0
-    assert core.progress.received_lsn == 0x150
+    assert core.ledger.flushed_lsn == 0
+    assert core.ledger.received_lsn == 0x150
 
 
 def one_transaction(first: int) -> list[bytes]:
@@ -195,7 +196,7 @@ def test_the_flush_lsn_stops_before_what_the_sink_did_not_acknowledge(tmp_path: 
     run(core, one_transaction(0x2000), ack=False)  # the sink failed: never acknowledged
     run(core, one_transaction(0x3000))
     run(core, [keepalive(0x9000)])
-    assert core.progress.received_lsn == 0x9000
+    assert core.ledger.received_lsn == 0x9000
     assert status_flush(core) == 0x1108  # neither the unacknowledged transaction nor anything after it
 
 
@@ -264,7 +265,7 @@ def test_unknown_frames_and_bad_messages_are_decode_errors_with_their_position(t
 def test_a_status_update_is_due_at_the_interval_and_once_the_sink_caught_up(tmp_path: Path) -> None:
     """Every ``status_interval_s``; sooner only when the sink has finished all it was handed and that moved the
     flush position (then not more often than CAUGHT_UP_STATUS_S): a caught-up slot shows no lag."""
-    progress = Progress()
+    progress = Ledger()
     core = core_for(tmp_path, progress=progress, status_interval_s=10.0)
     core.status_update(100.0, 0)
     assert not core.status_due(100.5)  # nothing moved
@@ -285,3 +286,30 @@ def test_a_status_update_is_due_at_the_interval_and_once_the_sink_caught_up(tmp_
     core.frame(xlogdata(0x300, encode(Begin(0x400, 0, 9))))
     progress.idle(0x500, core.assembler.in_transaction)  # a keepalive while a transaction is open: not confirmable
     assert not core.status_due(101.0)
+
+
+def test_a_silent_server_is_asked_for_a_keepalive_then_given_up(tmp_path: Path) -> None:
+    """As PostgreSQL's walreceiver: at half of the receive timeout a status update that asks for an answer, and the
+    connection is dead only once the whole timeout passed and half of it since that request."""
+    core = core_for(tmp_path, receive_timeout_s=60.0)
+    core.heard(1000.0)
+    assert core.silence(1029.0) is None
+    assert core.silence(1030.0) is Silence.PING
+    ping = core.ping(1030.0, 0)
+    assert ping[0:1] == b"r"
+    assert ping[-1] == 1  # reply requested
+    assert core.silence(1059.0) is None
+    assert core.silence(1060.0) is Silence.LOST
+    core.heard(1061.0)  # the answer came after all
+    assert core.silence(1062.0) is None
+    assert core_for(tmp_path, receive_timeout_s=0.0).silence(1e9) is None  # 0: never
+
+
+def test_a_keepalive_request_after_a_long_wait_elsewhere_gets_its_time_to_be_answered(tmp_path: Path) -> None:
+    """The loop did not read for long (the sink waited for Kafka): the server is asked first, not given up at once."""
+    core = core_for(tmp_path, receive_timeout_s=60.0)
+    core.heard(0.0)
+    assert core.silence(500.0) is Silence.PING
+    core.ping(500.0, 0)
+    assert core.silence(529.0) is None
+    assert core.silence(530.0) is Silence.LOST

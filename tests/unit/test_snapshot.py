@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cdcd.ledger import Positions
 from cdcd.pgoutput.messages import UNCHANGED_TOAST, Column, Relation, RowChange, Truncate
 from cdcd.snapshot.copy import CopyFormatError, parse_line
 from cdcd.snapshot.runner import key_values, start_state
@@ -128,6 +129,28 @@ def test_state_store_round_trip_and_errors(tmp_path: Path) -> None:
     blocked = StateStore(store.path / "dir", "s1")  # parent is a file
     with pytest.raises(StateError, match="cannot write"):
         blocked.save(state)
+
+
+def test_the_ledgers_positions_are_kept_beside_the_state_as_last_saved(tmp_path: Path) -> None:
+    """The timeline and published position (for the promotion check of a later process) share the state file;
+    saving them writes the state as last saved, never the one in memory (an exactly-once sink's commit may not have
+    caught up with it)."""
+    store = StateStore(tmp_path, "s1")
+    state = SnapshotState("s1", queue=[TableProgress("public.t", "incremental")])
+    store.save(state)
+    state.queue[0].rows = 500  # in memory only
+    store.save_positions(Positions(timeline=2, published_lsn=0x500))
+    again = StateStore(tmp_path, "s1")
+    loaded = again.load()
+    assert again.positions == Positions(2, 0x500)
+    assert loaded is not None
+    assert loaded.queue[0].rows == 0
+    legacy = json.loads(store.path.read_text())
+    del legacy["positions"]
+    store.path.write_text(json.dumps(legacy))  # written before positions were kept
+    older = StateStore(tmp_path, "s1")
+    assert older.load() is not None
+    assert older.positions == Positions()
 
 
 def test_enqueue_skips_duplicates_and_finish_remembers() -> None:
