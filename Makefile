@@ -33,8 +33,9 @@ $(AVROREAD): tools/avroread/go.mod tools/avroread/go.sum $(wildcard tools/avrore
 	cd tools/avroread && GOFLAGS=-mod=readonly $(GO) vet ./... && GOFLAGS=-mod=readonly $(GO) build -trimpath -o $(abspath $@) .
 
 # debezium: Kafka Connect with Debezium's PostgreSQL connector (tests/integration/test_debezium.py): ~5 s to start.
+# toxiproxy: fault proxies (tests/integration/test_faults.py): ~0.1 s to start; built once with go (~6 s warm).
 stack:
-	$(STACK) up all debezium
+	$(STACK) up all debezium toxiproxy
 	for v in $(PG_VERSIONS); do PG_VERSION=$$v $(STACK) up pg; done
 
 # Bring up the local stack and show changes flowing through the daemon on a demo workload.
