@@ -28,6 +28,7 @@ from cdcd.filters import FilterFailure
 from cdcd.logging import configure
 from cdcd.lsn import format_lsn
 from cdcd.metrics import Metrics
+from cdcd.native import IMPL
 from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError
 from cdcd.replication.loop import ReplicationLoop
@@ -44,7 +45,8 @@ EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdcd", description="PostgreSQL logical replication to Kafka")
-    parser.add_argument("--version", action="version", version=f"cdcd {__version__}")
+    # and which row stage runs: the compiled one (cdcd._native) or the Python reference (CDCD_IMPL=python)
+    parser.add_argument("--version", action="version", version=f"cdcd {__version__} (row stage: {IMPL})")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("run", "stream changes to the configured sink"),
