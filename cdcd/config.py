@@ -221,7 +221,11 @@ def safe_conninfo_error(exc: BaseException) -> str:
 
 class BufferSettings(_Section):
     memory_limit: int = Field(64 * 1024**2, description="bytes of buffered changes before spilling (e.g. 64MiB)")
-    spill_dir: Path = Field(Path("/var/lib/cdcd/spill"), description="where buffered changes spill beyond memory_limit")
+    spill_dir: Path = Field(
+        Path("/var/lib/cdcd/spill"),
+        description="where buffered changes spill beyond memory_limit: each process in a locked cdcd-spill-*"
+        " directory of its own; at start, the spill files of processes that are gone are removed",
+    )
 
     @field_validator("memory_limit", mode="before")
     @classmethod
