@@ -374,6 +374,12 @@ class SnapshotSettings(_Section):
 class SinkSettings(_Section):
     kind: Literal["jsonl", "kafka"] = Field("jsonl", description="where `cdcd run` sends changes")
     path: str = Field("-", description="jsonl: the file to append to, - for stdout")
+    fsync: bool = Field(
+        True,
+        description="jsonl (`cdcd run` and `cdcd tail --output`): fsync the file before its lines are confirmed to"
+        " PostgreSQL, once per round of writes; false trusts the page cache (a crash of the machine can then lose"
+        " lines already confirmed)",
+    )
     flush_timeout_s: float = Field(30.0, gt=0, description="on stop, how long to wait for the sink to finish")
 
 
