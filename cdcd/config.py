@@ -386,7 +386,9 @@ class SinkSettings(_Section):
 class MetricsSettings(_Section):
     listen: str = Field(
         "0.0.0.0:9187",
-        description="host:port serving /metrics, /status, /healthz and /readyz; empty disables; port 0 picks one",
+        description="host:port serving /metrics, /status, /healthz and /readyz; empty disables; port 0 picks one."
+        " Every interface by default: Kubernetes probes and Prometheus reach a pod on its IP, not on loopback."
+        " No authentication (read-only; no credentials in it): outside a pod network, 127.0.0.1:9187 or a firewall",
     )
     health_timeout_s: float = Field(60.0, gt=0, description="/healthz fails when the main loop stalls this long")
     slot_check_interval_s: float = Field(30.0, gt=0, description="how often to query the WAL the slot retains")
