@@ -170,7 +170,7 @@ def _sink(settings: Settings, output: str | None) -> tuple[Sink, BinaryIO | None
         kind = ExactlyOnceKafkaSink if settings.kafka.delivery == "exactly_once" else KafkaSink
         return kind(settings.kafka, settings.schema_registry), None
     out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
-    return JsonLinesSink(out), None if out is sys.stdout.buffer else out
+    return JsonLinesSink(out, settings.sink.fsync), None if out is sys.stdout.buffer else out
 
 
 def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Metrics | None:

@@ -244,7 +244,11 @@ def safe_conninfo_error(exc: BaseException) -> str:
 
 class BufferSettings(_Section):
     memory_limit: int = Field(64 * 1024**2, description="bytes of buffered changes before spilling (e.g. 64MiB)")
-    spill_dir: Path = Field(Path("/var/lib/cdcd/spill"), description="where buffered changes spill beyond memory_limit")
+    spill_dir: Path = Field(
+        Path("/var/lib/cdcd/spill"),
+        description="where buffered changes spill beyond memory_limit: each process in a locked cdcd-spill-*"
+        " directory of its own; at start, the spill files of processes that are gone are removed",
+    )
 
     @field_validator("memory_limit", mode="before")
     @classmethod
@@ -393,13 +397,21 @@ class SnapshotSettings(_Section):
 class SinkSettings(_Section):
     kind: Literal["jsonl", "kafka"] = Field("jsonl", description="where `cdcd run` sends changes")
     path: str = Field("-", description="jsonl: the file to append to, - for stdout")
+    fsync: bool = Field(
+        True,
+        description="jsonl (`cdcd run` and `cdcd tail --output`): fsync the file before its lines are confirmed to"
+        " PostgreSQL, once per round of writes; false trusts the page cache (a crash of the machine can then lose"
+        " lines already confirmed)",
+    )
     flush_timeout_s: float = Field(30.0, gt=0, description="on stop, how long to wait for the sink to finish")
 
 
 class MetricsSettings(_Section):
     listen: str = Field(
         "0.0.0.0:9187",
-        description="host:port serving /metrics, /status, /healthz and /readyz; empty disables; port 0 picks one",
+        description="host:port serving /metrics, /status, /healthz and /readyz; empty disables; port 0 picks one."
+        " Every interface by default: Kubernetes probes and Prometheus reach a pod on its IP, not on loopback."
+        " No authentication (read-only; no credentials in it): outside a pod network, 127.0.0.1:9187 or a firewall",
     )
     health_timeout_s: float = Field(60.0, gt=0, description="/healthz fails when the main loop stalls this long")
     slot_check_interval_s: float = Field(30.0, gt=0, description="how often to query the WAL the slot retains")

@@ -1,4 +1,5 @@
-"""Prometheus metrics, /status (JSON for `cdcd status`), /healthz and /readyz, served from a thread.
+"""Prometheus metrics, /status (JSON for `cdcd status`), /healthz and /readyz, served by ``cdcd.httpd`` (its own
+threads; no client can stall them or the daemon's stop).
 
 Values are read from the pipeline's own state when Prometheus scrapes (a custom collector), so the per-change
 path pays only for plain counters it keeps anyway. Only the commit-to-acknowledgement latency is a histogram,
@@ -15,7 +16,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -23,10 +23,13 @@ from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
 from cdcd import __version__
+from cdcd.httpd import HttpServer
 from cdcd.lsn import format_lsn
 from cdcd.secrets import redact
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.status import RateWindow
+
+HEALTH_PATHS = frozenset({"/healthz", "/readyz"})  # cheap, never blocking: answered without a worker
 
 # Commit-to-acknowledgement latency buckets, seconds: sub-second when keeping up, minutes when Kafka is away.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -189,7 +192,7 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self._server: WSGIServer | None = None
+        self._server: HttpServer | None = None
         self.events_rate = RateWindow()
         self._closing = threading.Event()
 
@@ -246,12 +249,12 @@ class Metrics:
             self.events_rate.add(time.monotonic(), self._events_total())
 
     def serve(self, host: str, port: int, sample_every_s: float = 5.0) -> int:
-        """Start serving in a daemon thread; return the bound port (``port`` 0 picks a free one)."""
+        """Start serving (from the server's own threads); return the bound port (``port`` 0 picks a free one)."""
         metrics_app = make_wsgi_app(self.registry)
 
         def app(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "")
-            if path in ("/healthz", "/readyz"):
+            if path in HEALTH_PATHS:
                 ok = self.healthy() if path == "/healthz" else self.ready()
                 start("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
                 return [b"ok\n" if ok else b"not ready\n"]
@@ -260,19 +263,14 @@ class Metrics:
                 return [redact(json.dumps(self.status())).encode() + b"\n"]
             return metrics_app(environ, start)  # type: ignore[no-any-return]
 
-        self._server = make_server(host, port, app, handler_class=_QuietHandler)
-        threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True).start()
+        self._server = HttpServer(host, port, app, inline=HEALTH_PATHS)
+        port = self._server.start()
         self.events_rate.add(time.monotonic(), self._events_total())
         threading.Thread(target=self._sample_events, args=(sample_every_s,), name="rate", daemon=True).start()
-        return int(self._server.server_address[1])
+        return port
 
     def close(self) -> None:
+        """Stop serving; returns at once whatever the clients do (connections are closed, not waited for)."""
         self._closing.set()
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        return None  # scrapes every few seconds would flood the log
+            self._server.close()

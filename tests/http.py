@@ -11,10 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def get(url: str) -> tuple[int, str]:
+def get(url: str, timeout: float = 5) -> tuple[int, str]:
     """Status and body; an HTTP error status is returned, not raised."""
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from cdcd.assembly.spill import SpillDir, Swept, sweep
 from cdcd.batches import Buffered, EncodedRun
 from cdcd.native import native
 from cdcd.pgoutput.messages import Change, LogicalMessage, RowChange, Truncate
@@ -55,16 +56,37 @@ def change_cost(change: Buffered) -> int:
 
 
 class BufferPool:
-    """The memory budget shared by every open transaction buffer."""
+    """The memory budget shared by every open transaction buffer, and the directory they spill to (this
+    process's own, under ``spill_dir``: ``cdcd.assembly.spill``)."""
 
     def __init__(self, memory_limit: int, spill_dir: Path | None = None) -> None:
         if memory_limit < 0:
             raise ValueError("memory_limit must be >= 0")
         self.memory_limit = memory_limit
-        self.spill_dir = spill_dir
+        self.spill_dir = spill_dir  # None: the system's temporary directory
         self.memory_bytes = 0
         self.spilled_bytes = 0
         self._open: set[ChangeBuffer] = set()
+        self._own: SpillDir | None = None  # made at the first spill
+
+    def sweep(self) -> Swept:
+        """Remove the spill files that processes now gone left in ``spill_dir``."""
+        return sweep(self._parent())
+
+    def spill_path(self) -> Path:
+        """This process's spill directory."""
+        if self._own is None:
+            self._own = SpillDir.claim(self._parent())
+        return self._own.path
+
+    def release(self) -> None:
+        """Give up this process's spill directory (removed if empty); a later spill makes a new one."""
+        if self._own is not None:
+            self._own.release()
+            self._own = None
+
+    def _parent(self) -> Path:
+        return self.spill_dir if self.spill_dir is not None else Path(tempfile.gettempdir())
 
     def new_buffer(self, xid: int) -> ChangeBuffer:
         buffer = ChangeBuffer(self, xid)
@@ -242,10 +264,7 @@ class ChangeBuffer:
         return records
 
     def _open_file(self) -> None:
-        directory = self.pool.spill_dir
-        if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f"cdcd-xid{self.xid}-", suffix=".spill", dir=directory)
+        fd, name = tempfile.mkstemp(prefix=f"cdcd-xid{self.xid}-", suffix=".spill", dir=self.pool.spill_path())
         self._file = os.fdopen(fd, "w+b")
         self._path = Path(name)
 

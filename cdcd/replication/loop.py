@@ -82,6 +82,29 @@ class ReplicationLoop:
 
     def run(self) -> None:
         """Stream until ``stop`` is set. Raises on errors that retrying cannot fix."""
+        self._sweep_spill_files()
+        try:
+            self._sessions()
+        finally:
+            self.pool.release()
+
+    def _sweep_spill_files(self) -> None:
+        """Spill files a killed process left behind (``cdcd.assembly.spill``): nothing reads them again."""
+        try:
+            swept = self.pool.sweep()
+        except OSError as exc:
+            log.warning("cannot sweep spill files", spill_dir=str(self.pool.spill_dir), error=str(exc))
+            return
+        if swept.files or swept.directories:
+            log.info(
+                "swept spill files left by stopped processes",
+                spill_dir=str(self.pool.spill_dir),
+                files=swept.files,
+                bytes=swept.bytes,
+                directories=swept.directories,
+            )
+
+    def _sessions(self) -> None:
         reconnect = self.settings.source.reconnect
         delay = reconnect.initial_backoff_s
         failures = 0

@@ -1,4 +1,9 @@
-"""JSON-lines output for ``cdcd tail``: one line per committed change, written before the LSN is confirmed.
+"""JSON-lines output for ``cdcd tail``: one line per committed change, on disk before the LSN is confirmed.
+
+A transaction's lines are written as it comes; it is finished (its position may be confirmed to PostgreSQL) at
+the next ``poll`` or ``flush``, which flushes everything written since the last one and, for a regular file,
+``fsync``s it: once per round of the loop, not per line (``sink.fsync: false`` skips the fsync, trusting the
+page cache: a crash of the machine can then lose lines already confirmed).
 
 Line fields: ``op`` (c, u, d, t, m), ``schema``, ``table``, ``before``, ``after``, ``xid``, ``commit_lsn``,
 ``lsn``; values are PostgreSQL's text form (binary-format values as ``\\x`` hex). A TOASTed column the server
@@ -9,16 +14,18 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import stat
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
 from cdcd.batches import Buffered, SnapshotBatch, Transaction, decoded
-from cdcd.ledger import Ledger
+from cdcd.ledger import Entry, Ledger
 from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Value
 from cdcd.plan import JsonShape, Plans, RelationPlan, RowWriter
-from cdcd.sink import AtLeastOnce, SessionContext
+from cdcd.sink import AtLeastOnce, SessionContext, SinkFailure
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring
 _OPS = {"insert": "c", "update": "u", "delete": "d"}
@@ -56,17 +63,21 @@ def _row_writer(relation: Relation) -> RowWriter:
 
 
 class JsonLinesSink(AtLeastOnce):
-    """Writes transactions synchronously; a transaction is done once its lines are flushed."""
+    """Writes transactions as they come; they are finished once their lines are on disk (``poll``, ``flush``)."""
 
-    def __init__(self, out: BinaryIO) -> None:
+    def __init__(self, out: BinaryIO, fsync: bool = True) -> None:
         self.out = out
+        self.fsync = fsync and _regular_file(out)  # a pipe or a terminal has nothing to sync
+        self._directory_synced = not self.fsync
         self.plans = Plans()
         self.rows_written = 0
         self.events: Counter[tuple[str, str]] = Counter()  # (table, op) -> lines written
         self.delivery_errors = 0
+        self._unsynced: list[tuple[Ledger, Entry]] = []  # written, not yet on disk: not finished
+        self._unsynced_lines = 0
 
     def in_flight(self) -> int:
-        return 0  # written synchronously
+        return self._unsynced_lines
 
     def ready(self) -> bool:
         return not self.out.closed
@@ -81,7 +92,7 @@ class JsonLinesSink(AtLeastOnce):
         return plan, shape
 
     def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Ledger) -> None:
-        entry = progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6)
+        entry = self._open(progress, progress.open(txn.end_lsn, pg_to_unix_us(txn.commit_time) / 1e6))
         events = self.events
         tail = f',"xid":{txn.xid},"commit_lsn":"{format_lsn(txn.commit_lsn)}","lsn":"'
         lines = []
@@ -99,18 +110,16 @@ class JsonLinesSink(AtLeastOnce):
             if len(lines) >= 4096:
                 self._emit(lines)
         self._emit(lines)
-        self.out.flush()
         progress.seal(entry)
 
     def write_message(self, message: LogicalMessage, progress: Ledger) -> None:
-        entry = progress.open(message.lsn)
+        entry = self._open(progress, progress.open(message.lsn))
         self.events["", "m"] += 1
         self._emit([self._message_line(message, ',"xid":null,"commit_lsn":null,"lsn":"')])
-        self.out.flush()
         progress.seal(entry)
 
     def write_snapshot(self, batch: SnapshotBatch, progress: Ledger) -> None:
-        entry = progress.open(batch.lsn, None, batch.done)
+        entry = self._open(progress, progress.open(batch.lsn, None, batch.done))
         relation = batch.relation
         plan, shape = self._shape(relation)
         write = shape.write
@@ -122,7 +131,6 @@ class JsonLinesSink(AtLeastOnce):
             lines.append(f"{head}{write(row, False)[0]}{tail}")
         self.events[plan.table, "r"] += len(lines)
         self._emit(lines)
-        self.out.flush()
         progress.seal(entry)
 
     def start_session(self, session: SessionContext) -> None:
@@ -130,19 +138,41 @@ class JsonLinesSink(AtLeastOnce):
         self.plans = session.plans
 
     def poll(self) -> None:
-        """Nothing to serve: every write is finished before it returns."""
+        """Finish what was written since the last round: flush, fsync, then acknowledge."""
+        if self._unsynced:
+            self._sync()
 
     def flush(self, timeout: float) -> bool:
-        self.out.flush()
+        self._sync()
         return True
 
     def close(self) -> None:
         """Nothing to release: the caller owns the output file."""
 
+    def _open(self, progress: Ledger, entry: Entry) -> Entry:
+        entry.outstanding += 1  # its lines, until they are on disk
+        self._unsynced.append((progress, entry))
+        return entry
+
+    def _sync(self) -> None:
+        self.out.flush()
+        if self.fsync:
+            try:
+                os.fsync(self.out.fileno())
+                if not self._directory_synced:  # a file just made is durable once its directory entry is too
+                    _sync_directory(self.out)
+                    self._directory_synced = True
+            except OSError as exc:  # what the kernel could not write is lost: never confirm it
+                raise SinkFailure(f"cannot fsync the output file: {exc}") from exc
+        synced, self._unsynced, self._unsynced_lines = self._unsynced, [], 0
+        for progress, entry in synced:
+            progress.ack(entry)
+
     def _emit(self, lines: list[str]) -> None:
         if lines:
             self.out.write(("\n".join(lines) + "\n").encode())
             self.rows_written += len(lines)
+            self._unsynced_lines += len(lines)
             lines.clear()
 
     def _row_line(self, change: RowChange, tail: str) -> tuple[str, str]:
@@ -173,3 +203,21 @@ class JsonLinesSink(AtLeastOnce):
             f'"content_base64":"{content}","transactional":{str(message.transactional).lower()}'
             f'{tail}{format_lsn(message.lsn)}"}}'
         )
+
+
+def _regular_file(out: BinaryIO) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(out.fileno()).st_mode)
+    except (OSError, ValueError):  # no descriptor (an in-memory stream)
+        return False
+
+
+def _sync_directory(out: BinaryIO) -> None:
+    name = getattr(out, "name", None)
+    if not isinstance(name, str):
+        return  # opened from a descriptor: its directory is not known
+    fd = os.open(os.path.dirname(os.path.abspath(name)), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import selectors
+import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +19,8 @@ from tests.integration.kafka_harness import Run
 from tests.integration.workload import SCHEMA
 
 pytestmark = pytest.mark.integration
+
+FLUSH_TIMEOUT_S = 20  # Run.start's sink.flush_timeout_s
 
 
 def test_metrics_follow_a_workload(run: Run, db: Database) -> None:
@@ -85,3 +91,88 @@ def _recv(sock: socket.socket) -> bytes:
         return sock.recv(4096)
     except TimeoutError:
         return b""
+
+
+class IdleClients(threading.Thread):
+    """Keeps ``count`` connections open to ``port``: half send nothing, half trickle a request head a byte every
+    0.5 s (slowloris); a connection the server drops is opened again at once."""
+
+    def __init__(self, port: int, count: int = 100) -> None:
+        super().__init__(daemon=True)
+        self.port, self.count = port, count
+        self.halt = threading.Event()
+        self.connected = 0
+        self.dropped = 0  # by the server
+
+    def run(self) -> None:
+        selector = selectors.DefaultSelector()
+        socks: list[socket.socket | None] = [None] * self.count
+        while not self.halt.wait(0.5):
+            for i, sock in enumerate(socks):
+                if sock is None:
+                    socks[i] = self._connect(selector, i)
+                elif i % 2:
+                    with contextlib.suppress(OSError):  # dropped: seen below
+                        sock.send(b"X")
+            for key, _ in selector.select(0):  # readable: closed by the server
+                selector.unregister(key.fileobj)
+                socks[key.data] = None
+                self.dropped += 1
+                key.fileobj.close()  # type: ignore[union-attr]
+            self.connected = sum(s is not None for s in socks)
+        for sock in socks:
+            if sock is not None:
+                sock.close()
+
+    def _connect(self, selector: selectors.BaseSelector, i: int) -> socket.socket | None:
+        try:
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=2)
+            if i % 2:
+                sock.send(b"GET /healthz HTTP/1.1\r\nX-Slow: ")
+        except OSError:
+            return None  # the daemon is gone
+        selector.register(sock, selectors.EVENT_READ, i)
+        return sock
+
+
+def test_idle_and_slowloris_clients_block_neither_the_probes_nor_sigterm(run: Run, db: Database) -> None:
+    """100 connections to the metrics port that never finish a request (the server drops each after 5 s, and it
+    comes back at once): meanwhile /healthz, /readyz and /metrics answer at once and the daemon streams; SIGTERM
+    ends it, exit 0, within sink.flush_timeout_s + 5 s."""
+    db.execute(SCHEMA)
+    run.start()
+    base = run.metrics_url()
+    clients = IdleClients(int(base.rsplit(":", 1)[1]))
+    clients.start()
+    try:
+        deadline = time.monotonic() + 30
+        while clients.connected < clients.count:
+            assert time.monotonic() < deadline, f"{clients.connected} clients connected"
+            time.sleep(0.1)
+        slowest = 0.0
+        while clients.dropped < clients.count:  # the server's timeout, and every one of them back again
+            started = time.monotonic()
+            assert get(base + "/healthz", timeout=5)[0] == 200
+            slowest = max(slowest, time.monotonic() - started)
+            assert time.monotonic() < deadline, f"{clients.dropped} clients dropped"
+            time.sleep(0.2)
+        assert slowest < 1, f"/healthz took {slowest:.2f} s"
+        assert get(base + "/readyz", timeout=5)[0] == 200
+        db.execute("INSERT INTO items SELECT g, 'v' || g, g FROM generate_series(1, 100) g")
+        run.wait_confirmed(timeout=30)
+        assert scrape(base)["cdcd_events_total", (("op", "c"), ("table", "public.items"))] == 100
+        assert clients.connected >= clients.count - 5
+
+        assert run.proc is not None
+        started = time.monotonic()
+        run.proc.send_signal(signal.SIGTERM)
+        code = run.proc.wait(timeout=FLUSH_TIMEOUT_S + 15)
+        elapsed = time.monotonic() - started
+    finally:
+        clients.halt.set()
+        clients.join(timeout=10)
+    log = run.log.read_text()
+    assert code == 0, f"exit {code} after SIGTERM:\n{log[-3000:]}"
+    assert elapsed < FLUSH_TIMEOUT_S + 5, f"took {elapsed:.1f} s to stop"
+    assert '"event": "stopped"' in log
+    print(f"/healthz slowest {slowest * 1000:.0f} ms among idle clients; stopped {elapsed:.2f} s after SIGTERM")

@@ -48,7 +48,7 @@ def test_interleaved_streamed_transactions_match_what_was_committed(
     assert streamed_txns >= 3, "the workload must make the server stream (big, savepoints, aborted)"
     assert stream_blocks > streamed_txns
     assert "doomed" not in "".join(str(line["after"]) for line in lines)
-    assert not list((tail.config.parent / "spill").glob("*.spill")), "spill files are removed after commit"
+    assert not list((tail.config.parent / "spill").rglob("*.spill")), "spill files are removed after commit"
 
 
 def test_streaming_off_gives_the_same_result(db: Database, tail_factory: Callable[..., Tail]) -> None:

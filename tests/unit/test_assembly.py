@@ -226,12 +226,12 @@ def test_memory_limit_spills_to_disk_and_replays_in_order(tmp_path: Path) -> Non
     big_stream_txn(a, 1000)
     assert pool.memory_bytes <= 20_000
     assert pool.spilled_bytes > 0
-    spill_files = list(tmp_path.glob("*.spill"))
+    spill_files = list(tmp_path.rglob("*.spill"))
     assert len(spill_files) == 1
     (txn,) = feed_all(a, [StreamCommit(100, 0, 900, 910, 0)])
     assert isinstance(txn, Transaction)
     assert ids(txn) == list(range(1000))
-    assert list(tmp_path.glob("*.spill")) == []
+    assert list(tmp_path.rglob("*.spill")) == []
     assert pool.spilled_bytes == 0
     assert pool.memory_bytes == 0
 
@@ -253,9 +253,9 @@ def test_abort_deletes_spill_file(tmp_path: Path) -> None:
     pool = BufferPool(memory_limit=1_000, spill_dir=tmp_path)
     a = Assembler(pool)
     big_stream_txn(a, 100)
-    assert list(tmp_path.glob("*.spill"))
+    assert list(tmp_path.rglob("*.spill"))
     a.feed(StreamAbort(100, 100))
-    assert list(tmp_path.glob("*.spill")) == []
+    assert list(tmp_path.rglob("*.spill")) == []
     assert (pool.memory_bytes, pool.spilled_bytes) == (0, 0)
 
 
@@ -264,8 +264,8 @@ def test_largest_buffer_is_spilled_first(tmp_path: Path) -> None:
     a = Assembler(pool)
     feed_all(a, stream(1, True, ins(1, 1)))
     feed_all(a, stream(2, True, *(ins(i, 2) for i in range(10))))
-    assert len(list(tmp_path.glob("cdcd-xid2-*.spill"))) == 1
-    assert list(tmp_path.glob("cdcd-xid1-*.spill")) == []
+    assert len(list(tmp_path.rglob("cdcd-xid2-*.spill"))) == 1
+    assert list(tmp_path.rglob("cdcd-xid1-*.spill")) == []
 
 
 def test_spill_preserves_every_value_kind(tmp_path: Path) -> None:
@@ -297,7 +297,7 @@ def test_reset_releases_everything(tmp_path: Path) -> None:
     a.feed(ins(1))
     a.reset()
     assert (pool.memory_bytes, pool.spilled_bytes, pool.open_buffers) == (0, 0, 0)
-    assert list(tmp_path.glob("*.spill")) == []
+    assert list(tmp_path.rglob("*.spill")) == []
     assert not a.in_transaction
 
 

@@ -110,7 +110,7 @@ def test_memory_is_bounded_and_spilled_runs_replay_in_order(tmp_path: Path) -> N
     items = list(commit(a).changes())
     assert runs(items)
     assert ids(items) == list(range(3000))
-    assert list(tmp_path.glob("*.spill")) == []
+    assert list(tmp_path.rglob("*.spill")) == []
 
 
 @pytest.mark.parametrize("limit", [0, 20_000, 1 << 20])  # every change spilled; some; none

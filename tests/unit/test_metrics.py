@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -103,3 +105,28 @@ def test_label_values_are_redacted(served: Served) -> None:
     assert "label-Secret-5" not in text
     assert "hunter22" not in text
     assert 'table="public.***"' in text
+
+
+def test_idle_clients_block_neither_the_probes_nor_the_stop() -> None:
+    """Clients that connect and send nothing: /healthz, /readyz and /metrics answer at once, and close()
+    returns at once and closes their connections (a single-threaded server waits on the first of them)."""
+    metrics = Metrics(State(), FakeSink(), health_timeout_s=5)
+    port = metrics.serve("127.0.0.1", 0)
+    base = f"http://127.0.0.1:{port}"
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(20)]
+    try:
+        started = time.monotonic()
+        assert get(base + "/healthz", timeout=3)[0] == 200
+        assert get(base + "/readyz", timeout=3)[0] == 503  # not streaming
+        assert get(base + "/metrics", timeout=3)[0] == 200
+        assert time.monotonic() - started < 2
+        closing = threading.Thread(target=metrics.close, daemon=True)
+        started = time.monotonic()
+        closing.start()
+        closing.join(timeout=3)
+        assert not closing.is_alive(), "close() waits on idle clients"
+        assert time.monotonic() - started < 1
+        assert all(sock.recv(1) == b"" for sock in idle)  # closed by the server
+    finally:
+        for sock in idle:
+            sock.close()
