@@ -10,7 +10,7 @@ STACK := deploy/local/stack
 PG_VERSIONS ?= 14 15 16 17 18
 PG_FULL ?= 17
 
-.PHONY: demo test lint unit unit-native unit-python integration stack venv clean avroread wheel wheel-test
+.PHONY: demo test soak lint unit unit-native unit-python integration stack venv clean avroread wheel wheel-test
 
 venv: $(VENV)/.installed
 # `pip install -e` builds cdcd._native (native/, Rust) with maturin and cargo; a change of the Rust rebuilds it.
@@ -82,6 +82,17 @@ test: venv
 		$(BIN)/pytest tests/integration -q -p no:cacheprovider --durations=25
 	CDCD_IMPL=python CDCD_TEST_PG_VERSIONS="$(PG_FULL)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
 		$(BIN)/pytest $(ROW_PATH_TESTS) -q -p no:cacheprovider -k "not kafka_away"
+
+# The nemesis for longer (tests/integration/test_nemesis.py): both delivery modes, one after the other, MINUTES of
+# faults each from SEED, 100,000-row streamed transactions; the report lines go to build/soak.jsonl.
+SEED ?= $(shell date +%s)
+MINUTES ?= 30
+soak: venv
+	$(STACK) up kafka registry toxiproxy
+	PG_VERSION=15 $(STACK) up pg
+	mkdir -p build
+	NEMESIS_SEED=$(SEED) NEMESIS_SECONDS=$$(( $(MINUTES) * 60 )) NEMESIS_BIG_ROWS=100000 \
+		NEMESIS_REPORT=$(abspath build/soak.jsonl) $(BIN)/pytest tests/integration/test_nemesis.py -s -q -p no:cacheprovider
 
 unit-native: venv
 	CDCD_IMPL=native $(BIN)/pytest tests/unit -q -p no:cacheprovider --durations=10
