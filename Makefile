@@ -84,14 +84,14 @@ test: venv
 		$(BIN)/pytest $(ROW_PATH_TESTS) -q -p no:cacheprovider -k "not kafka_away"
 
 # The nemesis for longer (tests/integration/test_nemesis.py): both delivery modes, one after the other, MINUTES of
-# faults each from SEED, 100,000-row streamed transactions; the report lines go to build/soak.jsonl.
+# faults each from SEED, 100,000-row streamed transactions every ~90 s; the report lines go to build/soak.jsonl.
 SEED ?= $(shell date +%s)
 MINUTES ?= 30
 soak: venv
 	$(STACK) up kafka registry toxiproxy
 	PG_VERSION=15 $(STACK) up pg
 	mkdir -p build
-	NEMESIS_SEED=$(SEED) NEMESIS_SECONDS=$$(( $(MINUTES) * 60 )) NEMESIS_BIG_ROWS=100000 \
+	NEMESIS_SEED=$(SEED) NEMESIS_SECONDS=$$(( $(MINUTES) * 60 )) NEMESIS_BIG_ROWS=100000 NEMESIS_STREAMED_EVERY_S=90 \
 		NEMESIS_REPORT=$(abspath build/soak.jsonl) $(BIN)/pytest tests/integration/test_nemesis.py -s -q -p no:cacheprovider
 
 unit-native: venv

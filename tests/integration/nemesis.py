@@ -167,10 +167,11 @@ class Nemesis:
         seconds: float,
         big_rows: int = 20_000,
         snap_rows: int = 20_000,
+        streamed_every_s: float = 15.0,
     ) -> None:
         self.db, self.env, self.tmp_path = db, env, tmp_path
         self.delivery, self.seed, self.seconds = delivery, seed, seconds
-        self.big_rows, self.snap_rows = big_rows, snap_rows
+        self.big_rows, self.snap_rows, self.streamed_every_s = big_rows, snap_rows, streamed_every_s
         self.prefix = f"nm_{db.name}"
         self.slot = f"s_{db.name}"
         self.toxiproxy = faults.Toxiproxy(env["STACK_TOXIPROXY_URL"])
@@ -297,7 +298,8 @@ class Nemesis:
                 roll = rng.random()
                 if time.monotonic() >= streamed_at:
                     next_big = self._streamed(conn, next_big, rng)
-                    streamed_at = time.monotonic() + rng.uniform(10, 20)
+                    every = self.streamed_every_s
+                    streamed_at = time.monotonic() + rng.uniform(every / 2, every * 1.5)
                 elif roll < 0.6:
                     conn.execute("INSERT INTO ev (id) VALUES (%s)", [next_ev])
                     self.written.ev.add(next_ev)

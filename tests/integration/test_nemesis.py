@@ -28,6 +28,7 @@ pytestmark = pytest.mark.integration
 SEED = int(os.environ.get("NEMESIS_SEED", "20261126"))
 SECONDS = float(os.environ.get("NEMESIS_SECONDS", "75"))
 BIG_ROWS = int(os.environ.get("NEMESIS_BIG_ROWS", "20000"))
+STREAMED_EVERY_S = float(os.environ.get("NEMESIS_STREAMED_EVERY_S", "15"))
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,16 @@ def test_faults_lose_nothing_and_hang_nothing(
     pg15: PgServer, toxiproxy_env: dict[str, str], tmp_path: Path, delivery: str
 ) -> None:
     with scratch_database(pg15) as db:
-        nemesis = Nemesis(db, toxiproxy_env, tmp_path, delivery=delivery, seed=SEED, seconds=SECONDS, big_rows=BIG_ROWS)
+        nemesis = Nemesis(
+            db,
+            toxiproxy_env,
+            tmp_path,
+            delivery=delivery,
+            seed=SEED,
+            seconds=SECONDS,
+            big_rows=BIG_ROWS,
+            streamed_every_s=STREAMED_EVERY_S,
+        )
         try:
             report = nemesis.run()
         finally:
