@@ -114,6 +114,8 @@ class ReplicationLoop:
             try:
                 self._session()
                 return
+            except _Stopped:  # a stop while the sink waited for Kafka in a stop's flush: unconfirmed, sent again
+                return
             except (SourceDisconnected, SinkRewind) as exc:
                 if self._streamed:  # a session that worked: the next failure starts the backoff afresh
                     delay, failures = reconnect.initial_backoff_s, 0
