@@ -69,6 +69,7 @@ class ReplicationLoop:
         self._recent_xids: deque[int] = deque(maxlen=4096)  # transactions just written (chunk visibility check)
         self.store: StateStore | None = None  # the session's state file (snapshot state, positions)
         self._streamed = False  # the current session reached streaming
+        self._positions_due = 0.0  # when the positions may be saved again (monotonic seconds)
         self.state = State(
             oldest_unacked_commit=self.ledger.oldest_commit_time,
             transactions=self.stats.outcomes,
@@ -182,6 +183,7 @@ class ReplicationLoop:
             self.sink.poll()
             if self.core is not None:
                 self._send_status(walsender, self.core)
+            self._save_positions()
 
     def _serve(self, walsender: Walsender, info: SessionInfo, store: StateStore, saved: SnapshotState | None) -> None:
         source, mode = walsender.settings, self.settings.snapshot.mode
@@ -289,11 +291,15 @@ class ReplicationLoop:
         check_timeline(previous, info, walsender, published, ledger.flushed_lsn)
         ledger.timeline = info.timeline
 
-    def _save_positions(self) -> None:
+    def _save_positions(self, now: float | None = None) -> None:
         """What the promotion check of a later process needs (the timeline, what was published), in the state
-        file: saved at each status update, when it changed."""
+        file, when it changed: with ``now`` (a status update's) at most every ``status_interval_s`` (status updates
+        go out every 50 ms while the sink keeps catching up), else at once."""
         if self.store is None or self.settings.source.temporary_slot or not self.ledger.timeline:
             return
+        if now is not None and now < self._positions_due:
+            return
+        self._positions_due = (now or time.monotonic()) + self.settings.source.status_interval_s
         self.store.save_positions(Positions(self.ledger.timeline, self.ledger.published_lsn))
 
     def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, context: SessionContext) -> bool:
@@ -441,7 +447,7 @@ class ReplicationLoop:
                 raise
         ledger = self.ledger
         log.debug("status sent", write=format_lsn(ledger.received_lsn), flush=format_lsn(ledger.flushed_lsn))
-        self._save_positions()
+        self._save_positions(time.monotonic())
 
 
 def _version(server_version: int) -> str:
