@@ -294,14 +294,14 @@ class HeartbeatSettings(_Section):
     )
     topic: str | None = Field(
         None,
-        description="the heartbeat topic (Debezium's topic.heartbeat.prefix); default"
-        " __debezium-heartbeat.<topic_prefix>, Debezium's",
+        description="the heartbeat topic's whole name; default __debezium-heartbeat.<topic_prefix>, Debezium's"
+        " (its topic.heartbeat.prefix, a dot, its topic.prefix)",
     )
     action_query: str | None = Field(
         None,
         description="SQL run on the source database before each heartbeat (Debezium's heartbeat.action.query),"
-        " e.g. an UPDATE of a heartbeat table: WAL in the slot's own database, so its slot moves where"
-        " keepalive positions cannot be confirmed (see the README)",
+        " e.g. an UPDATE of a heartbeat table; a query the server refuses stops cdcd. cdcd moves the slot by"
+        " keepalive positions without it (README: Heartbeats)",
     )
 
     @field_validator("topic")
