@@ -17,12 +17,13 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import structlog
 
 from cdcd import __version__
 from cdcd.assembly import AssemblyError
+from cdcd.avro.schema import SchemaError
 from cdcd.config import ConfigError, Settings, load_settings
 from cdcd.filters import FilterFailure
 from cdcd.logging import configure
@@ -33,12 +34,13 @@ from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError
 from cdcd.replication.loop import ReplicationLoop
 from cdcd.secrets import redacted_output
+from cdcd.shaping import table_subjects
 from cdcd.sink import Sink, SinkFailure
 from cdcd.sink.jsonl import JsonLinesSink
 from cdcd.snapshot.runner import SnapshotError
 from cdcd.snapshot.state import StateError, state_dir_problem
 from cdcd.source.checks import check_source
-from cdcd.source.walsender import SourceDisconnected, SourceError
+from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
 
@@ -105,6 +107,8 @@ def _check(settings: Settings) -> int:
         from cdcd.sink.kafka import check_kafka  # noqa: PLC0415 - loaded only when used: a 0.2 s import
 
         problems += check_kafka(settings.kafka, settings.schema_registry)
+        if not problems:  # both ends answer: would the registry take the tables' schemas as they are now?
+            problems += _schema_compatibility(settings)
     for warning in findings.warnings:
         print(f"cdcd check: warning: {warning}", file=sys.stderr)
     if problems:
@@ -114,6 +118,40 @@ def _check(settings: Settings) -> int:
         return EXIT_CONFIG if findings.config_errors else EXIT_FAILURE
     print(f"cdcd check: configuration, source database and {settings.sink.kind} sink are ready")
     return EXIT_OK
+
+
+def _schema_compatibility(settings: Settings) -> list[str]:
+    """Ask the registry whether each captured table's current schemas fit its subjects (each refusal named by
+    table and column); subjects that do not exist yet are reported as new."""
+    from cdcd.sink.kafka import check_compatibility  # noqa: PLC0415 - loaded only when used
+
+    try:
+        candidates = _current_schemas(settings)
+    except (SourceError, SourceDisconnected, SchemaError, LookupError) as exc:
+        return [f"cannot build the tables' schemas: {exc}"]
+    found = check_compatibility(settings.schema_registry, candidates)
+    for subject in found.new:
+        print(f"cdcd check: {subject} is new: its first schema version will be registered", file=sys.stderr)
+    return found.refused + found.problems
+
+
+def _current_schemas(settings: Settings) -> list[tuple[str, str, dict[str, Any]]]:
+    """(table, subject, schema) of every captured table as it is in the catalog now: what cdcd would register."""
+    from cdcd.snapshot.reader import SnapshotReader  # noqa: PLC0415 - loaded only when used
+
+    source, kafka = settings.source, settings.kafka
+    reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source))
+    try:
+        candidates = []
+        for name in reader.captured_tables([p.name for p in source.publications]):
+            table = reader.describe(name)
+            types = {t.type_oid: t for t in table.types}
+            debezium = kafka.envelope == "debezium"
+            for subject, schema in table_subjects(table.relation, kafka.topic_prefix, types, debezium=debezium):
+                candidates.append((name, subject, schema))
+        return candidates
+    finally:
+        reader.close()
 
 
 def _request_snapshot(settings: Settings, table: str, where: str | None) -> int:

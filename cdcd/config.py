@@ -285,6 +285,39 @@ class ExactlyOnceSettings(_Section):
     )
 
 
+class HeartbeatSettings(_Section):
+    interval_s: float = Field(
+        0.0,
+        ge=0,
+        description="a heartbeat record every this many seconds, with the source position (Debezium's"
+        " heartbeat.interval.ms); 0: none",
+    )
+    topic: str | None = Field(
+        None,
+        description="the heartbeat topic's whole name; default __debezium-heartbeat.<topic_prefix>, Debezium's"
+        " (its topic.heartbeat.prefix, a dot, its topic.prefix)",
+    )
+    action_query: str | None = Field(
+        None,
+        description="SQL run on the source database before each heartbeat (Debezium's heartbeat.action.query),"
+        " e.g. an UPDATE of a heartbeat table; a query the server refuses stops cdcd. cdcd moves the slot by"
+        " keepalive positions without it (README: Heartbeats)",
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", value):
+            raise ValueError(f"the heartbeat topic may hold letters, digits, '.', '_' and '-' only, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _action_needs_interval(self) -> HeartbeatSettings:
+        if self.action_query is not None and not self.interval_s:
+            raise ValueError("action_query runs at each heartbeat: set interval_s too")
+        return self
+
+
 class KafkaSettings(_Section):
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka brokers, host:port[,host:port...]")
     topic_prefix: str = Field("cdcd", description="topics are <prefix>.<schema>.<table>; also Debezium's source.name")
@@ -320,6 +353,9 @@ class KafkaSettings(_Section):
     exactly_once: ExactlyOnceSettings = Field(
         default_factory=ExactlyOnceSettings, description="Kafka transactions (delivery: exactly_once)"
     )
+    heartbeat: HeartbeatSettings = Field(
+        default_factory=HeartbeatSettings, description="heartbeat records (Debezium's heartbeat.*)"
+    )
 
     @field_validator("topic_prefix")
     @classmethod
@@ -335,6 +371,10 @@ class KafkaSettings(_Section):
             if isinstance(value, str) and ("password" in key or "secret" in key):
                 register_secret(value)
         return self
+
+    @property
+    def heartbeat_topic(self) -> str:
+        return self.heartbeat.topic or f"__debezium-heartbeat.{self.topic_prefix}"
 
     @property
     def progress_topic(self) -> str:

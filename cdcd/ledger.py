@@ -4,8 +4,8 @@ may be confirmed to PostgreSQL. Pure: no I/O (what must survive a restart is sav
 Transactions, messages and snapshot batches are handed to the sink in order. Each gets an entry that counts the
 sink's outstanding work (messages not yet acknowledged) and is sealed once all its work was handed over.
 The confirmable (flush) LSN is the end LSN of the longest prefix of entries that are sealed with nothing
-outstanding: never past anything the sink has not finished. When nothing at all is pending, the position
-of a server keepalive may be confirmed, so that an idle or fully filtered database does not pin WAL.
+outstanding: never past anything the sink has not finished. The position of a server keepalive may be
+confirmed once nothing received before it is pending, so that an idle or fully filtered database does not pin WAL.
 
 A replication session that ends, for any reason, ends with ``end_session``: an entry it left unsealed (its write
 was interrupted: a lost connection, a stop request while waiting for Kafka) is dropped, never finished, never
@@ -55,6 +55,7 @@ class Ledger:
         self.flushed_lsn = start_lsn  # highest position the sink has finished with
         self.on_done = on_done  # called with the commit time of each finished transaction that has one
         self._entries: deque[Entry] = deque()
+        self._idle_lsn = 0  # a keepalive's position, confirmable once the entries pending when it came are finished
 
     def oldest_commit_time(self) -> float | None:
         """Commit time of the oldest transaction not finished yet (for lag in seconds)."""
@@ -101,9 +102,14 @@ class Ledger:
             self._advance()
 
     def idle(self, wal_end: int, in_transaction: bool) -> None:
-        """A keepalive says the server has sent everything up to ``wal_end``; confirm it if nothing is pending."""
+        """A keepalive says the server has sent everything up to ``wal_end``; confirm it if nothing is pending, or
+        once the entries pending now are finished (every transaction that ends before it is among them)."""
         self.received(wal_end)
-        if not self._entries and not in_transaction and wal_end > self.flushed_lsn:
+        if in_transaction or wal_end <= self.flushed_lsn:
+            return
+        if self._entries:
+            self._idle_lsn = max(self._idle_lsn, wal_end)
+        else:
             self.flushed_lsn = wal_end
 
     def resume_at(self, lsn: int) -> None:
@@ -115,6 +121,8 @@ class Ledger:
         """The sink dropped ``entries`` (an aborted Kafka transaction): never finished; the server sends them
         again. Acknowledgements that still come for them change nothing."""
         gone = {id(entry) for entry in entries}
+        if gone:
+            self._idle_lsn = 0  # the server sends the dropped ones again: the keepalive's position is not whole
         for entry in self._entries:
             if id(entry) in gone:
                 entry.dropped = True
@@ -137,3 +145,6 @@ class Ledger:
                     self.on_done(commit_time)
             if entry.done is not None:
                 entry.done()
+        if not entries and self._idle_lsn:
+            self.flushed_lsn = max(self.flushed_lsn, self._idle_lsn)
+            self._idle_lsn = 0

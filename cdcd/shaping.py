@@ -38,16 +38,20 @@ from cdcd.avro.metadata import (
     DEBEZIUM_MESSAGE_VALUE,
     DEBEZIUM_TRANSACTION_KEY,
     DEBEZIUM_TRANSACTION_VALUE,
+    HEARTBEAT_KEY,
+    HEARTBEAT_VALUE,
     MESSAGE_KEY,
     TRANSACTION_KEY,
     TRANSACTION_VALUE,
     encode_debezium_message,
     encode_debezium_transaction,
+    encode_heartbeat,
     encode_message,
     message_value_schema,
     transaction_fields_encoder,
 )
 from cdcd.batches import Buffered, EncodedRun, Plain, SnapshotBatch, Transaction
+from cdcd.heartbeat import Heartbeat
 from cdcd.lsn import pg_to_unix_us
 from cdcd.native import native as _native
 from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Type
@@ -73,6 +77,17 @@ _WIRE_HEADER = struct.Struct(">bI")  # Confluent wire format: magic byte 0, sche
 def topic_name(prefix: str, schema: str, table: str) -> str:
     """``<prefix>.<schema>.<table>`` with characters Kafka does not allow in topic names replaced by ``_``."""
     return _TOPIC_INVALID.sub("_", f"{prefix}.{schema or 'pg_catalog'}.{table}")
+
+
+def table_subjects(
+    relation: Relation, prefix: str, types: dict[int, Type], *, debezium: bool
+) -> list[tuple[str, dict[str, Any]]]:
+    """The registry subjects of a table's topic, each with the schema cdcd registers under it for ``relation``
+    (as ``EventShaper.wire`` does): the key's (when the table has one) and the envelope's."""
+    schemas = build_schemas(relation, prefix, types, debezium=debezium)
+    topic = topic_name(prefix, relation.schema, relation.name)
+    key = [] if schemas.key is None else [(f"{topic}-key", schemas.key)]
+    return [*key, (f"{topic}-value", schemas.envelope)]
 
 
 def wire_header(schema_id: int) -> bytes:
@@ -218,6 +233,13 @@ class EventShaper:
                 counts = tuple((self._collection(topic), n) for topic, n in counts)
             emit(*self._transaction_event("END", order.id, meta_ts_ms, order.total, counts))
         self.last_commit_lsn = txn.commit_lsn
+
+    def heartbeat(self, topic: str, beat: Heartbeat, emit: Emit) -> None:
+        """Emit a heartbeat record on ``topic``: Debezium's (keyed by the server name, the prefix), with the
+        positions cdcd had then. The same in both layouts."""
+        key, value = encode_heartbeat(self.prefix, beat.ts_ms, beat.lsn, beat.received_lsn)
+        key_header, value_header = self._fixed_headers(topic, HEARTBEAT_KEY, HEARTBEAT_VALUE)
+        emit(topic, key_header + key, value_header + value, None)
 
     def message(self, message: LogicalMessage, emit: Emit) -> None:
         """Emit a non-transactional logical decoding message."""

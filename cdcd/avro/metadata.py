@@ -275,3 +275,36 @@ def encode_transaction_reference(event: TransactionEvent) -> tuple[bytes, bytes]
         },
     )
     return key, value
+
+
+# Heartbeats (kafka.heartbeat): Debezium's key and value (io.debezium.connector.common.ServerNameKey, Heartbeat),
+# the value with two fields more: the positions cdcd had then.
+HEARTBEAT_KEY: Final = _connect(
+    {
+        "type": "record",
+        "name": "ServerNameKey",
+        "namespace": "io.debezium.connector.common",
+        "fields": [{"name": "serverName", "type": "string"}],
+    },
+    "io.debezium.connector.common.ServerNameKey",
+)
+HEARTBEAT_VALUE: Final = _connect(
+    {
+        "type": "record",
+        "name": "Heartbeat",
+        "namespace": "io.debezium.connector.common",
+        "fields": [
+            {"name": "ts_ms", "type": "long"},
+            {"name": "lsn", "type": "long", "doc": "the WAL position cdcd may confirm: everything before is in Kafka"},
+            {"name": "received_lsn", "type": "long", "doc": "the highest WAL position received from the server"},
+        ],
+    },
+    "io.debezium.connector.common.Heartbeat",
+)
+
+
+def encode_heartbeat(server_name: str, ts_ms: int, lsn: int, received_lsn: int) -> tuple[bytes, bytes]:
+    """Key and value of a heartbeat record."""
+    key = _encode("heartbeat_key", HEARTBEAT_KEY, {"serverName": server_name})
+    value = _encode("heartbeat_value", HEARTBEAT_VALUE, {"ts_ms": ts_ms, "lsn": lsn, "received_lsn": received_lsn})
+    return key, value

@@ -22,6 +22,7 @@ from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Shaped
 from cdcd.config import Settings
 from cdcd.filters import FilterPlan, FilterStats, RowFilter
+from cdcd.heartbeat import HeartbeatClock
 from cdcd.ledger import Ledger, Positions
 from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.metrics import State
@@ -360,8 +361,10 @@ class ReplicationLoop:
         laned = self._laned(core)
         if laned is not None:  # a sink that takes what the lane makes takes changes encoded as they arrive too
             core.assembler.early = laned[0].shaper.early
+        heartbeats = self._heartbeats()
         while not self.stop.is_set():
-            wait = min(1.0, core.next_status - time.monotonic(), sink.wake_in())
+            now = time.monotonic()
+            wait = min(1.0, core.next_status - now, sink.wake_in(), heartbeats.wake_in(now))
             frames = walsender.read(timeout=max(0.0, wait))
             if frames:
                 core.heard(time.monotonic())
@@ -369,6 +372,7 @@ class ReplicationLoop:
                 self._if_silent(walsender, core)
             reply = carry_out(frames, core, act, laned)
             sink.poll()
+            self._heartbeat_if_due(walsender, heartbeats)
             snapshotter = self.snapshotter
             if snapshotter is not None and snapshotter.pending and sink.in_flight() < SNAPSHOT_BACKPRESSURE:
                 snapshotter.next_chunk(core.recent_xids)
@@ -378,6 +382,21 @@ class ReplicationLoop:
             else:
                 self._status_if_due(walsender, core)
         self.state.phase = "stopping"
+
+    def _heartbeats(self) -> HeartbeatClock:
+        """The session's heartbeat clock: off unless ``kafka.heartbeat.interval_s`` and a Kafka sink."""
+        interval = self.settings.kafka.heartbeat.interval_s if isinstance(self.sink, ShapingSink) else 0.0
+        return HeartbeatClock(interval, time.monotonic())
+
+    def _heartbeat_if_due(self, walsender: Walsender, heartbeats: HeartbeatClock) -> None:
+        """Run the action query, then write a heartbeat record with the positions it finds."""
+        sink = self.sink
+        if not heartbeats.due(time.monotonic()) or not isinstance(sink, ShapingSink):
+            return
+        query = self.settings.kafka.heartbeat.action_query
+        if query is not None:
+            walsender.run_action(query)
+        sink.write_heartbeat(heartbeats.beat(time.monotonic(), self.ledger, time.time_ns() // 1_000_000), self.ledger)
 
     def _if_silent(self, walsender: Walsender, core: ReplicationCore) -> None:
         """A server silent for half of ``source.receive_timeout_s`` is asked for a keepalive; one silent for all

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from cdcd.batches import Buffered, Shaped, SnapshotBatch, Transaction
+from cdcd.heartbeat import Heartbeat
 from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import LogicalMessage, Type
 from cdcd.plan import Plans
@@ -121,3 +122,6 @@ class ShapingSink(Sink, Protocol):
 
     def already_written(self) -> int:
         """Transactions committed at or below this LSN are written already (exactly-once); 0: none known."""
+
+    def write_heartbeat(self, beat: Heartbeat, progress: Ledger) -> None:
+        """Write a heartbeat record (``kafka.heartbeat``), finished once written; it confirms nothing new."""

@@ -13,6 +13,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -24,6 +25,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from cdcd.avro.schema import column_changes
 from cdcd.batches import Buffered, Plain, Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.heartbeat import Heartbeat
 from cdcd.ledger import Entry, Ledger
 from cdcd.logging import library_logger
 from cdcd.lsn import pg_to_unix_us
@@ -168,6 +170,12 @@ class KafkaSink(AtLeastOnce):
     def write_snapshot(self, batch: SnapshotBatch, progress: Ledger) -> None:
         entry = progress.open(batch.lsn, None, batch.done)
         self.shaper.snapshot(batch, self._emitter(progress, entry))
+        progress.seal(entry)
+
+    def write_heartbeat(self, beat: Heartbeat, progress: Ledger) -> None:
+        """A heartbeat record, as an entry at the position confirmable already: it confirms nothing new."""
+        entry = progress.open(progress.flushed_lsn)
+        self.shaper.heartbeat(self.settings.heartbeat_topic, beat, self._emitter(progress, entry))
         progress.seal(entry)
 
     def poll(self) -> None:
@@ -409,6 +417,49 @@ class KafkaSink(AtLeastOnce):
                 self.keep_alive()
                 if time.monotonic() > deadline:
                     raise SinkFailure(f"cannot create topic {topic}: Kafka did not answer within 60 s") from None
+
+
+@dataclass
+class Compatibility:
+    """What the registry says of the schemas the tables have now (``check_compatibility``)."""
+
+    refused: list[str] = field(default_factory=list)  # a table's schema its subject's rule would refuse
+    new: list[str] = field(default_factory=list)  # subjects not registered yet (their first version is fine)
+    problems: list[str] = field(default_factory=list)  # questions the registry did not answer
+
+
+def check_compatibility(
+    registry: SchemaRegistrySettings, candidates: Iterable[tuple[str, str, dict[str, Any]]], timeout: float = 10
+) -> Compatibility:
+    """Ask the registry (the Confluent API's compatibility endpoint) whether each (table, subject, schema) would be
+    accepted as the subject's next version under its compatibility rule."""
+    client = SchemaRegistryClient({**registry.client_config(), "timeout": timeout})
+    found = Compatibility()
+    for table, subject, schema in candidates:
+        try:
+            if not client.test_compatibility(subject, Schema(json.dumps(schema, sort_keys=True), "AVRO")):
+                found.refused.append(_refusal(client, table, subject, schema))
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:  # no such subject (40401) or no version in it (40402)
+                found.new.append(subject)
+            else:
+                found.problems.append(f"cannot ask the schema registry about {subject}: {exc}")
+        except Exception as exc:  # connection errors, timeouts
+            found.problems.append(f"cannot ask the schema registry about {subject}: {exc or type(exc).__name__}")
+    return found
+
+
+def _refusal(client: SchemaRegistryClient, table: str, subject: str, schema: dict[str, Any]) -> str:
+    """Table ``table``'s schema is refused under ``subject``: what changed, by column."""
+    try:
+        latest = json.loads(client.get_latest_version(subject).schema.schema_str or "{}")
+        changes = "; ".join(column_changes(latest, schema))
+    except Exception:  # best effort: the refusal is reported anyway
+        changes = ""
+    return (
+        f"table {table}: the schema registry would refuse its current schema under {subject}"
+        f"{f' ({changes})' if changes else ''}: the subject's compatibility rule forbids the change"
+    )
 
 
 def check_kafka(kafka: KafkaSettings, registry: SchemaRegistrySettings, timeout: float = 10) -> list[str]:

@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from cdcd.batches import Buffered, Plain, Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.heartbeat import Heartbeat
 from cdcd.ledger import Entry, Ledger
 from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage
@@ -205,6 +206,13 @@ class ExactlyOnceKafkaSink(KafkaSink):
     def write_snapshot(self, batch: SnapshotBatch, progress: Ledger) -> None:
         entry = self._hold(progress.open(batch.lsn, None, batch.done), progress)
         self.shaper.snapshot(batch, self._emit)
+        progress.seal(entry)
+        self._commit_if_due()
+
+    def write_heartbeat(self, beat: Heartbeat, progress: Ledger) -> None:
+        """In a Kafka transaction like everything else; its entry confirms nothing new (``KafkaSink``'s)."""
+        entry = self._hold(progress.open(progress.flushed_lsn), progress)
+        self.shaper.heartbeat(self.settings.heartbeat_topic, beat, self._emit)
         progress.seal(entry)
         self._commit_if_due()
 

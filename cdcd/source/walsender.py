@@ -289,6 +289,19 @@ class Walsender:
         except psycopg.Error as exc:
             raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
 
+    def run_action(self, query: str) -> None:
+        """Run the heartbeat's action query (``kafka.heartbeat.action_query``) on the catalog connection, within
+        its deadline. A lost connection is a lost source (reconnect); a query the server refuses stops cdcd."""
+        if self._admin is None:
+            raise SourceDisconnected("catalog connection is not open")
+        try:
+            with self._timeouts.deadline(self._admin):
+                self._admin.execute(query.encode())
+        except psycopg.OperationalError as exc:
+            raise SourceDisconnected(f"heartbeat action query failed: {first_line(exc)}") from None
+        except psycopg.Error as exc:
+            raise SourceError(f"kafka.heartbeat.action_query failed: {first_line(exc)}") from None
+
     def slot_retained_wal(self) -> int | None:
         """Bytes of WAL the server keeps for the slot (None when it cannot tell, e.g. on a standby)."""
         if self._admin is None:

@@ -51,6 +51,12 @@ def test_env_only(monkeypatch: pytest.MonkeyPatch) -> None:
         ("source: {dsn: 'host=x'}\nbuffer: {memory_limit: lots}\n", ["buffer.memory_limit", "not a size"]),
         ("- just\n- a list\n", ["mapping at the top level"]),
         ("source: [unclosed\n", ["not valid YAML"]),
+        (
+            "source: {dsn: 'host=x'}\nkafka: {heartbeat: {action_query: 'UPDATE hb SET at = now()'}}\n",
+            ["kafka.heartbeat", "set interval_s too"],
+        ),
+        ("source: {dsn: 'host=x'}\nkafka: {heartbeat: {interval_s: -1}}\n", ["kafka.heartbeat.interval_s"]),
+        ("source: {dsn: 'host=x'}\nkafka: {heartbeat: {interval_s: 1, topic: 'a b'}}\n", ["heartbeat topic"]),
     ],
 )
 def test_bad_config_is_named(tmp_path: Path, text: str, fragments: list[str]) -> None:
@@ -101,3 +107,9 @@ def test_kafka_connection_settings_reach_every_client_and_secrets_are_masked(tmp
     }
     assert settings.schema_registry.client_config() == {"url": "https://r", "basic.auth.user.info": "cdcd:r-secret"}
     assert "secret" not in redact("failed with k-secret and r-secret")
+
+
+def test_heartbeat_topic_defaults_to_debeziums(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "source: {dsn: 'host=x'}\nkafka: {topic_prefix: shop}\n"))
+    assert settings.kafka.heartbeat.interval_s == 0  # off unless asked for
+    assert settings.kafka.heartbeat_topic == "__debezium-heartbeat.shop"

@@ -34,20 +34,47 @@ def test_unsealed_entry_holds_flush_back() -> None:
     assert p.flushed_lsn == 100
 
 
-def test_idle_keepalive_confirms_only_when_nothing_pending() -> None:
+def test_idle_keepalive_confirms_once_nothing_received_before_it_is_pending() -> None:
     p = Ledger(start_lsn=50)
     p.idle(400, in_transaction=True)
     assert p.flushed_lsn == 50
     entry = p.open(100)
+    entry.outstanding += 1
     p.idle(400, in_transaction=False)
     assert p.flushed_lsn == 50
+    later = p.open(450)  # received after the keepalive
+    later.outstanding += 1
+    p.seal(later)
     p.seal(entry)
-    assert p.flushed_lsn == 100
-    p.idle(400, in_transaction=False)
-    assert p.flushed_lsn == 400
-    assert p.received_lsn == 400
+    assert p.flushed_lsn == 50
+    p.ack(entry)
+    assert p.flushed_lsn == 100  # the later entry is still pending
+    p.ack(later)
+    assert p.flushed_lsn == 450
+    p.idle(500, in_transaction=False)
+    assert p.flushed_lsn == 500
+    assert p.received_lsn == 500
     p.idle(300, in_transaction=False)
-    assert p.flushed_lsn == 400  # never goes backwards
+    assert p.flushed_lsn == 500  # never goes backwards
+
+
+def test_keepalive_while_pending_is_confirmed_when_they_finish() -> None:
+    p = Ledger(start_lsn=50)
+    entry = p.open(100)
+    p.idle(400, in_transaction=False)
+    p.seal(entry)
+    assert p.flushed_lsn == 400
+
+
+def test_keepalive_is_forgotten_when_pending_work_is_dropped() -> None:
+    p = Ledger(start_lsn=50)
+    sealed, _unsealed = p.open(100), p.open(200)
+    sealed.outstanding += 1
+    p.seal(sealed)
+    p.idle(400, in_transaction=False)
+    assert p.end_session() == 1  # the server sends the transaction at 200 again: 400 is not whole any more
+    p.ack(sealed)
+    assert p.flushed_lsn == 100
 
 
 def test_over_acknowledgement_is_an_error() -> None:

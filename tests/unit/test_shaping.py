@@ -15,7 +15,17 @@ from fastavro import parse_schema, schemaless_reader
 from cdcd.batches import SnapshotBatch, Transaction
 from cdcd.pgoutput.messages import UNCHANGED_TOAST, Change, Column, LogicalMessage, Relation, Row, RowChange, Truncate
 from cdcd.plan import Plans, definition
-from cdcd.shaping import NEW_KEY_HEADER, OLD_KEY_HEADER, Emit, EventShaper, Order, Record, key_changed, topic_name
+from cdcd.shaping import (
+    NEW_KEY_HEADER,
+    OLD_KEY_HEADER,
+    Emit,
+    EventShaper,
+    Order,
+    Record,
+    key_changed,
+    table_subjects,
+    topic_name,
+)
 
 REL = Relation(16384, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False)))
 # REPLICA IDENTITY FULL as the decoder gives it: keyed by the primary key, or by nothing without one.
@@ -292,3 +302,14 @@ def test_debezium_envelope_transaction_metadata_messages_headers_and_placeholder
     assert created["transaction"] == {"id": "7:128", "total_order": 2, "data_collection_order": 2}
     assert registry.decode(message[2])["transaction"] == {"id": "7:144", "total_order": 3, "data_collection_order": 1}
     assert registry.decode(message[1]) == {"prefix": "pfx"}
+
+
+def test_table_subjects_are_what_the_shaper_registers() -> None:
+    """`cdcd check` asks about the same subjects and schemas a stream registers (EventShaper.wire)."""
+    for relation in (REL, FULL_NO_KEY):
+        registry = Registry()
+        EventShaper("shop", registry).wire(Plans().get(relation))
+        registered = dict(registry.ids)  # (subject, the schema as JSON) -> id
+        subjects = table_subjects(relation, "shop", {}, debezium=False)
+        assert {(s, json.dumps(schema, sort_keys=True)) for s, schema in subjects} == set(registered)
+    assert [s for s, _ in table_subjects(FULL_NO_KEY, "shop", {}, debezium=False)] == ["shop.public.g-value"]
