@@ -1,3 +1,3 @@
-from cdcd.cli import main
+from cdcd.entry import main
 
 raise SystemExit(main())

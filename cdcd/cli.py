@@ -13,15 +13,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import structlog
 
-from cdcd import __version__
+from cdcd import __version__, stopping
 from cdcd.assembly import AssemblyError
 from cdcd.avro.schema import SchemaError
 from cdcd.config import ConfigError, Settings, load_settings
@@ -227,16 +225,10 @@ def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Met
 
 def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
     sink, opened = _sink(settings, output)
-    stop = threading.Event()
     notifier = Notifier.from_environment()  # systemd Type=notify: READY, WATCHDOG, STOPPING
-
-    def stopping(*_: object) -> None:
-        notifier.stopping("flushing the sink, then a final status update")
-        stop.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, stopping)
-    loop = ReplicationLoop(settings, sink, stop, notifier)
+    stopping.catch()  # also when called without cdcd.entry (in-process, tests)
+    stopping.on_stop(lambda: notifier.stopping("flushing the sink, then a final status update"))
+    loop = ReplicationLoop(settings, sink, stopping.STOP, notifier)
     log = structlog.get_logger("cdcd")
     try:
         metrics = _serve_metrics(settings, loop, sink) if serve_metrics else None

@@ -272,6 +272,13 @@ def read_partitions(
 ) -> list[Message]:
     """Every message of the topics ``<prefix>.*``, from the start to the current end of every partition, read by
     a new consumer with ``isolation``."""
+    return list(each_message(bootstrap, prefix, isolation, timeout))
+
+
+def each_message(
+    bootstrap: str, prefix: str, isolation: str = "read_committed", timeout: float = 120
+) -> Iterator[Message]:
+    """``read_partitions`` one message at a time (millions of messages need not be held at once)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -291,7 +298,6 @@ def read_partitions(
         ]
         consumer.assign(partitions)
         remaining = {(tp.topic, tp.partition) for tp in partitions}
-        messages: list[Message] = []
         deadline = time.monotonic() + timeout
         while remaining:
             assert time.monotonic() < deadline, f"{isolation}: no end of {sorted(remaining)} in {timeout} s"
@@ -304,8 +310,7 @@ def read_partitions(
             elif error is not None:
                 raise KafkaException(error)
             else:
-                messages.append(message)
-        return messages
+                yield message
     finally:
         close_bounded(consumer)
 

@@ -39,7 +39,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from cdcd.shaping import OLD_KEY_HEADER
 from tests.integration import faults
 from tests.integration.conftest import Database, cdcd_env
-from tests.integration.kafka_harness import delete_topics, read_partitions
+from tests.integration.kafka_harness import delete_topics, each_message
 from tests.procs import spawn
 
 SCHEMA = """
@@ -472,15 +472,17 @@ class Nemesis:
         bootstrap = self.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]
         deserialize = AvroDeserializer(SchemaRegistryClient({"url": self.env["CDCD_SCHEMA_REGISTRY__URL"]}))
         by_table: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-        for message in read_partitions(bootstrap, self.prefix, "read_committed"):
+        timeout = max(300.0, self.seconds)  # a soak's millions of messages
+        for message in each_message(bootstrap, self.prefix, "read_committed", timeout):
             table, value = _decoded(message, self.prefix, deserialize)
-            if table is not None and value is not None:
-                moved = dict(message.headers() or []).get(OLD_KEY_HEADER)
-                if moved is not None:  # a key change's create: the old key, whose row has the unchanged values
-                    topic = str(message.topic())
-                    value["moved_from"] = deserialize(moved, SerializationContext(topic, MessageField.KEY))
-                by_table[table].append((value["op"], value))
-                self.report.events += 1
+            if table is None or value is None:
+                continue
+            self.report.events += 1
+            moved = dict(message.headers() or []).get(OLD_KEY_HEADER)
+            if moved is not None:  # a key change's create: the old key, whose row has the unchanged values
+                key = deserialize(moved, SerializationContext(str(message.topic()), MessageField.KEY))
+                value["moved_from"] = key
+            by_table[table].append((value["op"], _compact(table, value)))
         self._check_inserts("ev", by_table["ev"], self.written.ev)
         self._check_inserts("big", by_table["big"], self.written.big)
         self._check_versions(by_table["acct"])
@@ -552,6 +554,13 @@ class Nemesis:
 
 class _Rollback(Exception):
     pass
+
+
+def _compact(table: str, value: dict[str, Any]) -> dict[str, Any]:
+    """What the checker needs of an event (a soak reads millions): the row images and the key change's old key."""
+    if table == "big":  # insert-only: the id is all
+        return {"after": {"id": value["after"]["id"]} if value.get("after") else None}
+    return {name: value.get(name) for name in ("before", "after", "unchanged_toast", "moved_from")}
 
 
 def _decoded(
