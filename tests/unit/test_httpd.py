@@ -145,7 +145,8 @@ def test_a_slow_application_holds_no_probe_and_no_stop(served: Served) -> None:
         assert time.monotonic() - started < 1
         app.release.set()
         for future in slow:
-            with pytest.raises(ConnectionError):  # closed unanswered
+            # closed unanswered (reset), or, for one that had not connected yet on a loaded machine, refused
+            with pytest.raises(OSError):
                 future.result(timeout=10)
 
 
