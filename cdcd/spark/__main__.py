@@ -9,6 +9,7 @@ import os
 import sys
 
 from cdcd.spark.job import Options, session, start
+from cdcd.spark.schema import UNAVAILABLE
 
 
 def _pairs(values: list[str], what: str) -> dict[str, str]:
@@ -29,9 +30,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--registry-url", default=env("CDCD_SCHEMA_REGISTRY__URL"), help="Confluent-compatible registry")
     p.add_argument("--registry-user", help="basic auth user (password from $CDCD_SPARK_REGISTRY_PASSWORD)")
     p.add_argument("--checkpoint", required=True, help="checkpoint directory (any Hadoop file system URI)")
-    p.add_argument("--mirror", help="root of the Delta mirror tables: <mirror>/<schema>/<table>")
-    p.add_argument("--changelog", help="root of the append-only changelog tables: <changelog>/<schema>/<table>")
-    p.add_argument("--changelog-format", choices=["delta", "parquet"], default="delta")
+    p.add_argument("--mirror", help="root of the mirror tables: <mirror>/<schema>/<table> (Delta, a path), "
+                   "<catalog>.<mirror>.<schema>.<table> (Iceberg, a namespace)")  # fmt: skip
+    p.add_argument("--changelog", help="root of the append-only changelog tables, as --mirror")
+    p.add_argument("--format", choices=["delta", "iceberg"], default="delta", help="of the mirror and changelog")
+    p.add_argument("--changelog-format", choices=["delta", "parquet"], default="delta",
+                   help="with --format delta: the changelog's")  # fmt: skip
+    p.add_argument("--catalog", default="cdcd", help="with --format iceberg: the Spark catalog of the tables")
+    p.add_argument("--warehouse", help="with --format iceberg: a Hadoop catalog on this path (or a REST catalog's "
+                   "warehouse, with --catalog-uri); neither: the catalog is configured with --conf")  # fmt: skip
+    p.add_argument("--catalog-uri", help="with --format iceberg: a REST catalog's URI")
+    p.add_argument("--envelope", choices=["auto", "native", "debezium"], default="auto",
+                   help="each topic's own (auto), only cdcd's native or only Debezium's")  # fmt: skip
+    p.add_argument("--unavailable-value-placeholder", default=UNAVAILABLE,
+                   help="Debezium's unavailable.value.placeholder (its unchanged TOAST values)")  # fmt: skip
     p.add_argument("--master", help="Spark master; default local[2], or spark-submit's when run by it")
     p.add_argument("--jars-dir", help="directory of the Kafka/Avro/Delta jars (default $CDCD_SPARK_JARS)")
     p.add_argument("--trigger-interval", default="5 seconds", help="micro-batch interval")
@@ -52,6 +64,8 @@ def options(args: argparse.Namespace) -> Options:
     missing = [n for n in ("bootstrap_servers", "registry_url") if not getattr(args, n)]
     if missing:
         raise SystemExit(f"missing --{missing[0].replace('_', '-')}")
+    if args.format != "iceberg" and (args.warehouse or args.catalog_uri):
+        raise SystemExit("--warehouse and --catalog-uri are for --format iceberg")
     password = os.environ.get("CDCD_SPARK_REGISTRY_PASSWORD", "")
     return Options(
         bootstrap_servers=args.bootstrap_servers,
@@ -69,6 +83,12 @@ def options(args: argparse.Namespace) -> Options:
         kafka_options=_pairs(args.kafka_option, "--kafka-option"),
         keys={k: tuple(v.split(",")) for k, v in _pairs(args.key, "--key").items()},
         table_threads=args.table_threads,
+        format=args.format,
+        catalog=args.catalog,
+        warehouse=args.warehouse,
+        catalog_uri=args.catalog_uri,
+        envelope=args.envelope,
+        unavailable_placeholder=args.unavailable_value_placeholder,
     )
 
 
@@ -80,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     # spark-submit starts the JVM and says so in the environment; then it, not us, picks master and jars.
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     master = args.master or (None if submitted else "local[2]")
-    spark = session(master, args.jars_dir, _pairs(args.conf, "--conf"))
+    spark = session(master, args.jars_dir, _pairs(args.conf, "--conf"), iceberg=opts.format == "iceberg" or None)
     spark.sparkContext.setLogLevel("WARN")
     query = start(spark, opts)
     try:

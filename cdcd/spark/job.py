@@ -40,21 +40,37 @@ from cdcd.spark.merge import (
 )
 from cdcd.spark.schema import (
     COMMIT_LSN,
+    DEBEZIUM,
     LSN,
+    UNAVAILABLE,
+    VALUE,
+    Envelope,
     TableSchema,
     aligned_struct,
+    envelope,
     key_columns,
+    key_json_ddl,
     literal,
+    mapping,
     quote,
-    table_schema,
+    unchanged_sql,
     union,
+)
+from cdcd.spark.tables import (
+    ICEBERG_EXTENSIONS,
+    DeltaTables,
+    IcebergTables,
+    Tables,
+    Where,
+    iceberg_catalog_conf,
 )
 from cdcd.spark.wire import HEADER_SIZE, Registry, header, schema_id, table_of, topic_pattern
 
 log = logging.getLogger("cdcd.spark")
 
+DELTA_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CONF = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.extensions": DELTA_EXTENSIONS,
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # A MERGE copies its source first unless told not to, in case reading it twice gives other rows. Ours
     # gives the same rows each time: the micro-batch's events (cached; read again, the same Kafka offsets) and
@@ -78,7 +94,8 @@ PROP_SCHEMA_ID = "cdcd.schema_id"
 PROP_SCHEMA_AT = "cdcd.schema_position"
 PROP_TRUNCATED_AT = "cdcd.truncated_position"
 PROP_KEYS = "cdcd.key_columns"
-# The headers of a key change's two events (cdcd.sink.kafka): the other key, in the wire format of keys.
+# The headers of a key change's two events (cdcd.sink.kafka): the other key, in the wire format of keys (cdcd's
+# native envelope) or as JSON text (Debezium's, and cdcd's in kafka.envelope: debezium).
 MOVED_HEADERS = {MOVED_FROM: "__debezium.oldkey", MOVED_TO: "__debezium.newkey"}
 
 
@@ -101,24 +118,48 @@ class Options:
     keys: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "schema.table" -> key columns
     registry_auth: tuple[str, str] | None = None
     table_threads: int = 4  # tables of a micro-batch written at once
+    format: str = "delta"  # of the mirror and changelog tables: delta or iceberg
+    catalog: str = "cdcd"  # the Iceberg catalog (--format iceberg)
+    warehouse: str | None = None  # the Iceberg catalog's warehouse: a Hadoop catalog's path (without catalog_uri)
+    catalog_uri: str | None = None  # a REST catalog's URI
+    envelope: str = "auto"  # auto (each topic's own), native or debezium
+    unavailable_placeholder: str = UNAVAILABLE  # Debezium's unavailable.value.placeholder
+    query_name: str = "cdcd-spark"  # unique among a session's active streaming queries
+
+    def tables(self) -> Tables:
+        if self.format == "iceberg":
+            return IcebergTables(self.catalog)
+        if self.format == "delta":
+            return DeltaTables(self.changelog_format)
+        raise ValueError(f"format {self.format!r}: expected delta or iceberg")
 
 
 def session(
-    master: str | None = "local[2]", jars_dir: str | None = None, conf: dict[str, str] | None = None
+    master: str | None = "local[2]",
+    jars_dir: str | None = None,
+    conf: dict[str, str] | None = None,
+    iceberg: bool | None = None,
 ) -> SparkSession:
-    """A session with Delta Lake. ``master`` None leaves it to spark-submit; ``jars_dir`` (default
-    ``$CDCD_SPARK_JARS``, set by the local stack) holds the Kafka, Avro and Delta jars; on a cluster pass them
-    with spark-submit's ``--packages`` instead."""
+    """A session with Delta Lake, and Iceberg's SQL extensions with ``iceberg`` (default: when ``jars_dir`` has
+    Iceberg's Spark runtime). ``master`` None leaves it to spark-submit; ``jars_dir`` (default
+    ``$CDCD_SPARK_JARS``, set by the local stack) holds the Kafka, Avro, Delta and Iceberg jars; on a cluster
+    pass them with spark-submit's ``--jars`` or ``--packages`` instead."""
     builder = SparkSession.builder.appName("cdcd-spark")
     if master:
         builder = builder.master(master)
     jars_dir = jars_dir or os.environ.get("CDCD_SPARK_JARS")
+    jars: list[str] = []
     if jars_dir:
         jars = sorted(glob.glob(os.path.join(jars_dir, "*.jar")))
         if not jars:
             raise FileNotFoundError(f"no jars in {jars_dir} (run: deploy/local/stack up spark)")
         builder = builder.config("spark.jars", ",".join(jars))
-    for key, value in {**LOCAL_CONF, **DELTA_CONF, **(conf or {})}.items():
+    if iceberg is None:
+        iceberg = any(os.path.basename(j).startswith("iceberg-spark-runtime") for j in jars)
+    settings = {**LOCAL_CONF, **DELTA_CONF}
+    if iceberg:
+        settings["spark.sql.extensions"] = f"{DELTA_EXTENSIONS},{ICEBERG_EXTENSIONS}"
+    for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     _quiet_deletion_vector_scans(spark)
@@ -158,9 +199,13 @@ def start(spark: SparkSession, options: Options) -> StreamingQuery:
     """Start the streaming query (mirror and/or changelog); checkpointed in ``options.checkpoint``."""
     if not options.mirror and not options.changelog:
         raise ValueError("nothing to write: give a mirror path, a changelog path or both")
+    options.tables()  # a format it does not know fails here, not in the first micro-batch
+    if options.format == "iceberg":
+        for key, value in iceberg_catalog_conf(options.catalog, options.warehouse, options.catalog_uri).items():
+            spark.conf.set(key, value)
     writer = BatchWriter(spark, options)
     stream = kafka_stream(spark, options).writeStream.foreachBatch(writer.write_batch)
-    stream = stream.option("checkpointLocation", options.checkpoint).queryName("cdcd-spark")
+    stream = stream.option("checkpointLocation", options.checkpoint).queryName(options.query_name)
     if options.available_now:
         stream = stream.trigger(availableNow=True)
     else:
@@ -206,6 +251,14 @@ class BatchSummary:
     events: int = 0  # truncates included
 
 
+def _key_sql(struct: str, columns: list[tuple[str, str]]) -> str:
+    """SQL: the key ``struct`` with each column's conversion (``columns``: name, SQL of :data:`VALUE`) applied."""
+    if all(convert == VALUE for _, convert in columns):
+        return struct
+    fields = ", ".join(f"{literal(n)}, {convert.replace(VALUE, f'{struct}.{quote(n)}')}" for n, convert in columns)
+    return f"CASE WHEN {struct} IS NULL THEN NULL ELSE named_struct({fields}) END"
+
+
 def _position(text: str | None) -> Position | None:
     if not text:
         return None
@@ -238,6 +291,7 @@ class BatchWriter:
     def __init__(self, spark: SparkSession, options: Options) -> None:
         self.spark = spark
         self.options = options
+        self.tables = options.tables()
         self.registry = Registry(options.registry_url, options.registry_auth)
         self.states: dict[str, MirrorState | None] = {}
         self.warned: set[str] = set()
@@ -278,13 +332,13 @@ class BatchWriter:
                 table_batch.events.unpersist()
             raw.unpersist()
         done = time.monotonic()
-        log.info("batch %d: %d events of %d tables in %.1f s (read %.1f s, decode %.1f s, write %.1f s)", batch_id,
-                 sum(s.events for s in summaries), len(tables), done - started, read - started, decoded - read,
-                 done - decoded)  # fmt: skip
+        log.info("%s batch %d: %d events of %d tables in %.1f s (read %.1f s, decode %.1f s, write %.1f s)",
+                 self.options.topic_prefix, batch_id, sum(s.events for s in summaries), len(tables), done - started,
+                 read - started, decoded - read, done - decoded)  # fmt: skip
 
     def _in_parallel(self, calls: list[Callable[[], None]]) -> None:
         """Make ``calls`` (one table's writes each) on up to ``options.table_threads`` threads: a table's writes are
-        a few Spark jobs and Delta commits that mostly wait on the driver, so a batch of several tables takes
+        a few Spark jobs and table commits that mostly wait on the driver, so a batch of several tables takes
         about as long as its slowest table rather than the sum of all. Each call runs with a copy of this thread's
         Spark local properties, so its jobs belong to the streaming query (stopping it cancels them too)."""
         threads = min(self.options.table_threads, len(calls))
@@ -303,6 +357,9 @@ class BatchWriter:
             for future in [pool.submit(run, call) for call in calls]:
                 future.result()  # the first table that failed fails the batch, once every table is done
 
+    def _envelope(self, id_: int) -> Envelope:
+        return envelope(self.registry.parsed(id_), self.options.envelope)
+
     def _tables(self, raw: DataFrame, heads: Iterable[Any]) -> Iterable[TableBatch]:
         by_topic: dict[str, tuple[set[int], set[int]]] = {}
         for row in heads:
@@ -316,37 +373,54 @@ class BatchWriter:
             names = table_of(topic, self.options.topic_prefix)
             if names is None:
                 continue
-            schemas = {i: table_schema(self.registry.parsed(i)) for i in sorted(value_ids)}
+            envelopes = {i: self._envelope(i) for i in sorted(value_ids)}
+            schemas = {i: e.table for i, e in envelopes.items()}
             state = self._state(*names)
             if state is not None and state.schema_id not in schemas:
-                schemas[state.schema_id] = table_schema(self.registry.parsed(state.schema_id))
+                schemas[state.schema_id] = self._envelope(state.schema_id).table
             wide = union(schemas.values())
-            parts = [self._decode(raw, topic, i, schemas[i], wide, key_ids=key_ids) for i in sorted(value_ids)]
+            parts = [self._decode(raw, topic, i, envelopes[i], wide, key_ids=key_ids) for i in sorted(value_ids)]
             events = parts[0]
             for part in parts[1:]:
                 events = events.unionByName(part)
             yield TableBatch(names[0], names[1], events, schemas, key_ids)
 
     def _decode(
-        self, raw: DataFrame, topic: str, id_: int, writer: TableSchema, wide: TableSchema, *, key_ids: set[int]
+        self, raw: DataFrame, topic: str, id_: int, writer: Envelope, wide: TableSchema, *, key_ids: set[int]
     ) -> DataFrame:
-        envelope = self._avro("value", id_)
+        """One writer schema's events of ``topic``, flattened (merge.py's columns), rows aligned to ``wide``.
+        Debezium's own events have no commit LSN: their position is (lsn, lsn), the order of one row's changes;
+        their unchanged TOAST values are Debezium's placeholder (:func:`unchanged_sql`)."""
+        value = self._avro("value", id_)
         rows = raw.where((F.col("topic") == topic) & (F.col("_vh") == F.lit(bytearray(header(id_)))))
-        moved = [self._moved_key(column, key_ids).alias(column) for column in MOVED_HEADERS]
-        return rows.select(envelope.alias("e"), "partition", "offset", *moved).selectExpr(
+        avro_keys = [
+            F.when(F.expr(f"substring({column}, 1, {HEADER_SIZE})") == F.lit(bytearray(header(i))),
+                   self._avro(column, i)).alias(f"{column}_{i}")
+            for column in MOVED_HEADERS
+            for i in sorted(key_ids)
+        ]  # fmt: skip
+        commit = "e.source.commit_lsn" if writer.commit_lsn else "e.source.lsn"
+        placeholder = None if writer.unchanged_toast else self.options.unavailable_placeholder
+        if placeholder is None:
+            unchanged = "coalesce(e.unchanged_toast, array())"
+        else:
+            unchanged = unchanged_sql("e.after", writer.table, placeholder)
+        moved = [
+            f"{self._moved_key(column, key_ids, writer.layout == DEBEZIUM)} AS {column}" for column in MOVED_HEADERS
+        ]
+        return rows.select(value.alias("e"), "partition", "offset", *MOVED_HEADERS, *avro_keys).selectExpr(
             f"e.op AS {OP}",
-            f"coalesce(e.source.commit_lsn, 0) AS {EV_COMMIT_LSN}",
+            f"coalesce({commit}, 0) AS {EV_COMMIT_LSN}",
             f"coalesce(e.source.lsn, 0) AS {EV_LSN}",
             f"offset AS {OFFSET}",
             "partition AS _partition",
             "e.source.txId AS _tx_id",
             "e.ts_ms AS _ts_ms",
-            f"coalesce(e.unchanged_toast, array()) AS {UNCHANGED}",
-            f"{aligned_struct('e.before', writer, wide)} AS before",
-            f"{aligned_struct('e.after', writer, wide)} AS after",
+            f"{unchanged} AS {UNCHANGED}",
+            f"{aligned_struct('e.before', writer.table, wide)} AS before",
+            f"{aligned_struct('e.after', writer.table, wide, placeholder)} AS after",
             f"{id_} AS _schema_id",
-            MOVED_FROM,
-            MOVED_TO,
+            *moved,
         )
 
     def _avro(self, column: str, id_: int) -> SparkColumn:
@@ -354,18 +428,22 @@ class BatchWriter:
         body = F.expr(f"substring({column}, {HEADER_SIZE + 1})")
         return from_avro(body, self.registry.schema(id_), {"mode": "FAILFAST"})
 
-    def _moved_key(self, column: str, key_ids: set[int]) -> SparkColumn:
-        """The key in a key change's header ``column``, decoded with the key schema its header names (null for
-        other events; a keyless table has none)."""
+    def _key_conversions(self, id_: int) -> list[tuple[str, str]]:
+        return [(f["name"], mapping(f["type"]).convert) for f in self.registry.parsed(id_)["fields"]]
+
+    def _moved_key(self, column: str, key_ids: set[int], json: bool) -> str:
+        """SQL: the key in a key change's header ``column``, decoded with the key schema its header names
+        (``<column>_<id>``, decoded by :meth:`_decode`), or with ``json`` parsed from its JSON text, its columns
+        in the mirror's types (null for other events; a keyless table has none)."""
         if not key_ids:
-            return F.lit(None)
-        decoded = [
-            F.when(
-                F.expr(f"substring({column}, 1, {HEADER_SIZE})") == F.lit(bytearray(header(i))), self._avro(column, i)
-            )
-            for i in sorted(key_ids)
-        ]
-        return F.coalesce(*decoded) if len(decoded) > 1 else decoded[0]
+            return "NULL"
+        keys = [_key_sql(f"{column}_{i}", self._key_conversions(i)) for i in sorted(key_ids)]
+        if json:
+            ddl, values = key_json_ddl(self.registry.parsed(max(key_ids)))
+            parsed = f"from_json(CAST({column} AS string), {literal(ddl)})"
+            bound = f"element_at(transform(array({parsed}), j -> {_key_sql('j', values)}), 1)"
+            keys.append(f"CASE WHEN substring({column}, 1, 1) = X'7B' THEN {bound} END")  # '{'
+        return keys[0] if len(keys) == 1 else f"coalesce({', '.join(keys)})"
 
     def _summaries(self, tables: list[TableBatch]) -> list[BatchSummary]:
         """Each table's :class:`BatchSummary`, all in one Spark job."""
@@ -410,41 +488,35 @@ class BatchWriter:
 
     def _append_changelog(self, tb: TableBatch, batch_id: int) -> None:
         assert self.options.changelog
-        path = f"{self.options.changelog.rstrip('/')}/{tb.schema}/{tb.table}"
         events = tb.events.drop("_schema_id", MOVED_FROM, MOVED_TO)
-        writer = events.write.mode("append").format(self.options.changelog_format)
-        if self.options.changelog_format == "delta":
-            # Delta skips a (txnAppId, txnVersion) it already committed: a replayed batch is not appended twice.
-            writer = writer.option("txnAppId", self.options.checkpoint).option("txnVersion", str(batch_id))
-            writer = writer.option("mergeSchema", "true")
-        writer.save(path)
+        where = Where(self.options.changelog, tb.schema, tb.table)
+        self.tables.append(events, where, self.options.checkpoint, batch_id)
 
     # -- mirror ------------------------------------------------------------------------------------
 
-    def _path(self, schema: str, table: str) -> str:
+    def _where(self, schema: str, table: str) -> Where:
         assert self.options.mirror
-        return f"{self.options.mirror.rstrip('/')}/{schema}/{table}"
+        return Where(self.options.mirror, schema, table)
 
     def _sql_name(self, schema: str, table: str) -> str:
-        return f"delta.{quote(self._path(schema, table))}"
+        return self.tables.name(self._where(schema, table))
 
     def _state(self, schema: str, table: str) -> MirrorState | None:
         if not self.options.mirror:
             return None
-        path = self._path(schema, table)
-        if path not in self.states:
-            self.states[path] = self._read_state(schema, table)
-        return self.states[path]
+        name = self._sql_name(schema, table)
+        if name not in self.states:
+            self.states[name] = self._read_state(schema, table)
+        return self.states[name]
 
     def _read_state(self, schema: str, table: str) -> MirrorState | None:
-        from delta.tables import DeltaTable  # noqa: PLC0415 - the delta package is only needed with a mirror
-
-        if not DeltaTable.isDeltaTable(self.spark, self._path(schema, table)):
+        if not self.tables.exists(self.spark, self._where(schema, table)):
             return None
-        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self._sql_name(schema, table)}").collect()
+        name = self._sql_name(schema, table)
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {name}").collect()
         state = MirrorState.from_properties({r["key"]: r["value"] for r in rows})
         if state is None:
-            raise ValueError(f"{self._path(schema, table)} is a Delta table, but not a mirror written by cdcd.spark")
+            raise ValueError(f"{name} is a table, but not a mirror written by cdcd.spark")
         return state
 
     def _keys(self, tb: TableBatch, state: MirrorState | None, batch: BatchSummary) -> tuple[str, ...] | None:
@@ -507,21 +579,13 @@ class BatchWriter:
 
     def _create(self, tb: TableBatch, state: MirrorState) -> MirrorState:
         columns = f"{tb.schemas[state.schema_id].ddl()}, {COMMIT_LSN} bigint, {LSN} bigint"
-        props = {
-            "delta.columnMapping.mode": "name",  # lets dropped columns be dropped
-            "delta.enableDeletionVectors": "true",  # a MERGE marks replaced rows instead of rewriting whole files
-            **state.properties(),
-        }
-        listed = ", ".join(f"{literal(k)} = {literal(v)}" for k, v in props.items())
-        self.spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {self._sql_name(tb.schema, tb.table)} ({columns}) USING delta "
-            f"TBLPROPERTIES ({listed})"
-        )
-        self.states[self._path(tb.schema, tb.table)] = state
+        self.tables.create_mirror(self.spark, self._where(tb.schema, tb.table), columns, state.properties())
+        self.states[self._sql_name(tb.schema, tb.table)] = state
         return state
 
     def _save(self, tb: TableBatch, state: MirrorState) -> MirrorState:
         listed = ", ".join(f"{literal(k)} = {literal(v)}" for k, v in state.properties().items())
-        self.spark.sql(f"ALTER TABLE {self._sql_name(tb.schema, tb.table)} SET TBLPROPERTIES ({listed})")
-        self.states[self._path(tb.schema, tb.table)] = state
+        name = self._sql_name(tb.schema, tb.table)
+        self.spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({listed})")
+        self.states[name] = state
         return state

@@ -246,8 +246,8 @@ def truncate_sql(table: str, position: Position) -> str:
 def evolve_sql(table: str, current: TableSchema, target: TableSchema) -> list[str]:
     """ALTER TABLE statements that turn the mirror's columns ``current`` into ``target`` (added columns are
     null in existing rows, as PostgreSQL's ADD COLUMN without a default; dropped ones go)."""
-    have, want = set(current.names), set(target.names)
-    changed = [c.name for c in target.columns if c.name in have and c not in current.columns]
+    have, want = {c.name: c.ddl for c in current.columns}, set(target.names)
+    changed = [c.name for c in target.columns if c.name in have and have[c.name] != c.ddl]
     if changed:
         raise ValueError(f"{table}: the type of column(s) {', '.join(changed)} changed; the mirror cannot follow")
     out = []

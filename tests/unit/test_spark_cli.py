@@ -32,3 +32,26 @@ def test_missing_servers_and_malformed_pairs_are_refused(monkeypatch: pytest.Mon
                                 "--registry-url", "http://r", "--key", "nokey"])  # fmt: skip
     with pytest.raises(SystemExit, match="expected KEY=VALUE"):
         options(args)
+
+
+def test_iceberg_and_envelope_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDCD_KAFKA__BOOTSTRAP_SERVERS", "k:9092")
+    monkeypatch.setenv("CDCD_SCHEMA_REGISTRY__URL", "http://r:8081")
+    args = parser().parse_args(
+        ["--topic-prefix", "p", "--checkpoint", "/c", "--mirror", "mirror", "--format", "iceberg", "--catalog", "lake",
+         "--warehouse", "/w", "--envelope", "debezium", "--unavailable-value-placeholder", "__gone"]
+    )  # fmt: skip
+    opts = options(args)
+    assert (opts.format, opts.catalog, opts.warehouse, opts.catalog_uri) == ("iceberg", "lake", "/w", None)
+    assert (opts.envelope, opts.unavailable_placeholder) == ("debezium", "__gone")
+    assert type(opts.tables()).__name__ == "IcebergTables"
+    defaults = options(parser().parse_args(["--topic-prefix", "p", "--checkpoint", "/c", "--mirror", "/m"]))
+    assert (defaults.format, defaults.envelope, defaults.unavailable_placeholder) == (
+        "delta",
+        "auto",
+        "__debezium_unavailable_value",
+    )
+    with pytest.raises(SystemExit, match="for --format iceberg"):
+        options(parser().parse_args(["--topic-prefix", "p", "--checkpoint", "/c", "--warehouse", "/w"]))
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--topic-prefix", "p", "--checkpoint", "/c", "--envelope", "avro"])
