@@ -174,7 +174,7 @@ class Nemesis:
         self.big_rows, self.snap_rows, self.streamed_every_s = big_rows, snap_rows, streamed_every_s
         self.prefix = f"nm_{db.name}"
         self.slot = f"s_{db.name}"
-        self.toxiproxy = faults.Toxiproxy(env["STACK_TOXIPROXY_URL"])
+        self.toxiproxy = faults.Toxiproxy(env["STACK_TOXIPROXY_URL"], timeout=60)  # slow on a loaded machine
         self.written = Written()
         self.report = Report()
         self.stop = threading.Event()
