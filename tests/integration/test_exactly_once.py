@@ -304,8 +304,10 @@ def test_kafka_away_for_30s_inside_a_kafka_transaction_still_exactly_once(run15:
 def test_a_second_instance_fences_the_first_whose_open_transaction_is_never_seen(run15: Run) -> None:
     run, db = run15, run15.db
     db.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION cdcd_pub FOR TABLE t")
-    # The first instance keeps its Kafka transaction open (it would commit after 10 minutes).
-    run.start(delivery="exactly_once", exactly_once={"commit_interval_ms": 600_000, "max_messages": 10**9})
+    # The first instance keeps its Kafka transaction open (it would commit after 10 minutes). Once it finds the slot
+    # held by the second, it retries for reconnect.slot_active_wait_s, then stops.
+    patient = {"reconnect": {"initial_backoff_s": 0.2, "max_backoff_s": 1, "slot_active_wait_s": 5}}
+    run.start(patient, delivery="exactly_once", exactly_once={"commit_interval_ms": 600_000, "max_messages": 10**9})
     first = run.proc
     assert first is not None
     db.execute("INSERT INTO t SELECT generate_series(1, 10)")
@@ -322,7 +324,7 @@ def test_a_second_instance_fences_the_first_whose_open_transaction_is_never_seen
         first.send_signal(signal.SIGCONT)
     assert first.wait(timeout=60) == 1
     log = run.log.read_text()
-    # It stops when it finds the slot taken (or, had it written to Kafka first, as fenced); either way its open
+    # It stops when it finds the slot still taken (or, had it written to Kafka first, as fenced); either way its open
     # Kafka transaction was aborted by the second's fencing, which librdkafka reports.
     assert "This instance has been fenced by a newer instance" in log
     assert "slot 's_" in log or "took over (fenced)" in log
