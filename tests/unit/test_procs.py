@@ -8,8 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+from tests.procs import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,3 +57,19 @@ def test_the_integration_harness_starts_processes_only_through_spawn() -> None:
         and (getattr(node.func, "attr", None) == "Popen" or getattr(node.func, "id", None) == "Popen")
     ]
     assert bare == []
+
+
+def test_a_child_started_from_a_short_lived_thread_outlives_that_thread() -> None:
+    """Linux sends the parent-death signal when the forking thread ends: spawn forks from a thread of its own."""
+    started: list[subprocess.Popen[bytes]] = []
+    thread = threading.Thread(
+        target=lambda: started.append(spawn([sys.executable, "-c", "import time; time.sleep(30)"]))
+    )
+    thread.start()
+    thread.join()
+    time.sleep(0.5)
+    try:
+        assert started[0].poll() is None, "the child died with the thread that started it"
+    finally:
+        started[0].kill()
+        started[0].wait()
