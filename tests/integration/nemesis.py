@@ -532,11 +532,14 @@ class Nemesis:
         for op, value in events:
             if op == "d":
                 key = int(value["before"]["id"])
-                gone[key] = rows.pop(key, {})
+                if key in rows:  # a delete delivered again must not forget the row it removed the first time
+                    gone[key] = rows.pop(key)
             elif op in ("c", "u", "r"):
                 after = dict(value["after"])
                 moved = value.get("moved_from")
-                kept = gone.get(int(moved["id"]), {}) if moved else rows.get(int(after["id"]), {})
+                # a key change's create takes unchanged values from the old key's row (or, delivered again, from
+                # the row it made the first time)
+                kept = rows.get(int(after["id"])) or (gone.get(int(moved["id"]), {}) if moved else {})
                 for name in value.get("unchanged_toast") or ():
                     after[name] = kept.get(name)
                 rows[int(after["id"])] = after
