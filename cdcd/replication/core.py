@@ -153,13 +153,13 @@ class ReplicationCore:
             and now >= self._sent_at + CAUGHT_UP_STATUS_S
         )
 
-    def status_update(self, now: float, now_pg_us: int) -> bytes:
+    def status_update(self, now: float, now_pg_us: int, reply: bool = False) -> bytes:
         """The standby status update to send now: received up to ``received_lsn``, flushed (confirmed) up to what
-        the sink finished."""
+        the sink finished; ``reply`` asks the server to answer at once."""
         self.next_status = now + self.status_interval_s
         ledger = self.ledger
         self._flush_sent, self._sent_at = ledger.flushed_lsn, now
-        return standby_status_update(ledger.received_lsn, ledger.flushed_lsn, ledger.flushed_lsn, now_pg_us)
+        return standby_status_update(ledger.received_lsn, ledger.flushed_lsn, ledger.flushed_lsn, now_pg_us, reply)
 
     def heard(self, now: float) -> None:
         """Something arrived from the server (data or a keepalive): it is there."""
@@ -181,8 +181,7 @@ class ReplicationCore:
     def ping(self, now: float, now_pg_us: int) -> bytes:
         """A status update that asks the server to answer at once."""
         self._pinged_at = now
-        ledger = self.ledger
-        return standby_status_update(ledger.received_lsn, ledger.flushed_lsn, ledger.flushed_lsn, now_pg_us, True)
+        return self.status_update(now, now_pg_us, reply=True)
 
     def quiet_for(self, now: float) -> float:
         return now - self._heard_at
