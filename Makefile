@@ -74,14 +74,19 @@ integration: venv stack avroread
 # row stage (cdcd._native); on the Python reference alone (CDCD_IMPL=python), the unit tests (bar the parity
 # tests, the lane's and early encoding's, which need the compiled module) and the integration tests of the row path (Kafka, snapshots, streaming,
 # the Go reader) on PG_FULL. What needs no stack runs while the stack starts (-O: each part's output in one piece).
+# Integration tests run on two workers (pytest-xdist; what shares a service stays on one: tests/integration/conftest.py),
+# except those that stop Kafka, which run alone after them.
+PARALLEL := -q -p no:cacheprovider -n 2 --dist loadgroup
 ROW_PATH_TESTS := tests/integration/test_kafka.py tests/integration/test_snapshot.py \
 	tests/integration/test_tail_streaming.py tests/integration/test_avroread.py
 test: venv
 	$(MAKE) --no-print-directory -j6 -O lint stack avroread unit-native unit-python wheel-test
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
-		$(BIN)/pytest tests/integration -q -p no:cacheprovider --durations=25
+		$(BIN)/pytest tests/integration $(PARALLEL) -m "not stops_kafka" --durations=25
+	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
+		$(BIN)/pytest tests/integration -q -p no:cacheprovider -m stops_kafka
 	CDCD_IMPL=python CDCD_TEST_PG_VERSIONS="$(PG_FULL)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
-		$(BIN)/pytest $(ROW_PATH_TESTS) -q -p no:cacheprovider -k "not kafka_away"
+		$(BIN)/pytest $(ROW_PATH_TESTS) $(PARALLEL) -m "not stops_kafka"
 
 # The nemesis for longer (tests/integration/test_nemesis.py): both delivery modes, one after the other, MINUTES of
 # faults each from SEED, 100,000-row streamed transactions every ~90 s; the report lines go to build/soak.jsonl.

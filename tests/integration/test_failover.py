@@ -24,7 +24,7 @@ from tests.integration.kafka_harness import Event, Run
 from tests.integration.test_check import run_cdcd
 from tests.integration.workload import SCHEMA
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("pg-ha")]  # one worker: see conftest.py
 
 HA_VERSIONS = [v for v in VERSIONS if int(v) >= 17]
 SEED_ROWS = 200  # in the tables before cdcd starts: its initial snapshot, which must not be taken again

@@ -35,7 +35,7 @@ from tests.integration.faults import (
     timeout,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("toxiproxy")]  # one worker: see conftest.py
 
 
 @pytest.fixture(scope="module")

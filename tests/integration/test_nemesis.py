@@ -23,7 +23,7 @@ from tests.integration.conftest import STACK, PgServer, scratch_database, stack_
 from tests.integration.kafka_harness import Run
 from tests.integration.nemesis import Nemesis, lines
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("toxiproxy")]  # one worker: see conftest.py
 
 SEED = int(os.environ.get("NEMESIS_SEED", "20261126"))
 SECONDS = float(os.environ.get("NEMESIS_SECONDS", "75"))

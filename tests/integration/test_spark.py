@@ -27,7 +27,7 @@ from tests.integration.conftest import STACK, Database, PgServer
 from tests.integration.kafka_harness import Run, scratch_run
 from tests.procs import spawn
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("spark")]  # one worker: see conftest.py
 
 SCHEMA = """
 CREATE SCHEMA shop;

@@ -23,7 +23,7 @@ from tests.integration.kafka_harness import Run
 from tests.integration.test_spark import assert_mirrors_equal, first_part, second_part, wait_for_commit
 from tests.procs import spawn
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("spark")]  # one worker: see conftest.py
 # test_spark's fixtures: the stack's jars, a local session (only to read the mirror), a cdcd run on its schema
 env15, spark, run15 = test_spark.env15, test_spark.spark, test_spark.run15
 

@@ -39,7 +39,7 @@ from tests.integration.test_spark import (
     third_part,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("spark")]  # one worker: see conftest.py
 # test_spark's fixtures: the stack's jars and the one local session of every Spark test module
 env15, spark = test_spark.env15, test_spark.spark
 EXACTLY_ONCE: dict[str, Any] = {"delivery": "exactly_once", "exactly_once": {"commit_interval_ms": 30}}
