@@ -62,6 +62,7 @@ class ReplicationLoop:
         self.stats = Stats()
         self.filter_stats = FilterStats()
         self._next_slot_check = 0.0
+        self._next_table_check = 0.0
         self.core: ReplicationCore | None = None
         self.snapshotter: Snapshotter | None = None
         self.snapshot_rows: Counter[str] = Counter()  # rows snapshotted, by table
@@ -225,7 +226,8 @@ class ReplicationLoop:
         try:
             self._captured = reader.captured_tables([p.name for p in source.publications])
             created = info.consistent_point if info.slot_created else None
-            state = start_state(saved, source.slot, mode, created, self._captured)
+            new_tables = self.settings.snapshot.new_tables
+            state = start_state(saved, source.slot, mode, created, self._captured, new_tables=new_tables)
             store.save(state)
             self._save_positions()
             self.snapshotter = core.watcher = Snapshotter(
@@ -362,6 +364,7 @@ class ReplicationLoop:
         if laned is not None:  # a sink that takes what the lane makes takes changes encoded as they arrive too
             core.assembler.early = laned[0].shaper.early
         heartbeats = self._heartbeats()
+        self._next_table_check = time.monotonic() + self.settings.source.table_check_interval_s
         while not self.stop.is_set():
             now = time.monotonic()
             wait = min(1.0, core.next_status - now, sink.wake_in(), heartbeats.wake_in(now))
@@ -373,6 +376,7 @@ class ReplicationLoop:
             reply = carry_out(frames, core, act, laned)
             sink.poll()
             self._heartbeat_if_due(walsender, heartbeats)
+            self._new_tables_if_due(walsender)
             snapshotter = self.snapshotter
             if snapshotter is not None and snapshotter.pending and sink.in_flight() < SNAPSHOT_BACKPRESSURE:
                 snapshotter.next_chunk(core.recent_xids)
@@ -397,6 +401,22 @@ class ReplicationLoop:
         if query is not None:
             walsender.run_action(query)
         sink.write_heartbeat(heartbeats.beat(time.monotonic(), self.ledger, time.time_ns() // 1_000_000), self.ledger)
+
+    def _new_tables_if_due(self, walsender: Walsender) -> None:
+        """Every ``source.table_check_interval_s``: tables created since that a managed publication captures by
+        pattern (or by schema on PostgreSQL 14) are added to it, and snapshotted with ``snapshot.new_tables``: the
+        rows they got before the ALTER PUBLICATION was decoded are not streamed."""
+        interval, now = self.settings.source.table_check_interval_s, time.monotonic()
+        if not interval or now < self._next_table_check or not walsender.tracks_new_tables:
+            return
+        self._next_table_check = now + interval
+        added = walsender.add_new_tables()
+        if not added:
+            return
+        self._captured = sorted({*self._captured, *added})
+        if self.snapshotter is not None:
+            snapshot = self.settings.snapshot.new_tables and self.settings.snapshot.mode != "never"
+            self.snapshotter.captured_more(added, snapshot)
 
     def _if_silent(self, walsender: Walsender, core: ReplicationCore) -> None:
         """A server silent for half of ``source.receive_timeout_s`` is asked for a keepalive; one silent for all

@@ -353,6 +353,15 @@ class Snapshotter:
             self.store.save(self.state)
             log.info("incremental snapshot queued", table=table, where=item.where, id=item.id)
 
+    def captured_more(self, tables: Sequence[str], snapshot: bool) -> None:
+        """Tables newly captured while streaming (added to a publication by pattern): known from now on, and queued
+        for an incremental snapshot when ``snapshot`` (``snapshot.new_tables``)."""
+        self.state.known_tables = sorted({*self.state.known_tables, *tables})
+        for table in tables:
+            if snapshot and self.state.enqueue(TableProgress(table, "incremental")):
+                log.info("table newly captured: queued for an incremental snapshot", table=table)
+        self.store.save(self.state)
+
 
 def _chunks(rows: Iterator[Row], size: int) -> Iterator[tuple[list[Row], bool]]:
     """``rows`` in lists of ``size``; the flag tells whether it is the last list."""
@@ -367,14 +376,21 @@ def _chunks(rows: Iterator[Row], size: int) -> Iterator[tuple[list[Row], bool]]:
 
 
 def start_state(
-    state: SnapshotState | None, slot: str, mode: str, created: int | None, captured: Sequence[str]
+    state: SnapshotState | None,
+    slot: str,
+    mode: str,
+    created: int | None,
+    captured: Sequence[str],
+    *,
+    new_tables: bool = True,
 ) -> SnapshotState:
     """What to snapshot at start. ``created``: the consistent point of a slot created now (None: it existed).
 
     A new slot (in modes initial, initial_only, when_needed) gets an initial snapshot of every captured table.
     An existing slot resumes what was saved: an initial snapshot that did not finish continues as incremental
     chunks after its last saved key (its exported snapshot is gone, the stream restarts at its consistent
-    point). Tables captured since the last start get incremental snapshots (modes initial and when_needed).
+    point). Tables captured since the last start get incremental snapshots (modes initial and when_needed, unless
+    ``new_tables`` is off).
     """
     snapshots = mode != "never"
     if created is not None:
@@ -402,7 +418,7 @@ def start_state(
             )
     if state.initial == "running":
         state.initial = "done"
-    if mode in ("initial", "when_needed"):
+    if mode in ("initial", "when_needed") and new_tables:
         for table in captured:
             if table not in state.known_tables and state.enqueue(TableProgress(table, "incremental")):
                 log.info("table newly captured: queued for an incremental snapshot", table=table)

@@ -28,11 +28,14 @@ from cdcd.pgoutput.messages import Relation, TableFacts, Type
 from cdcd.secrets import redact
 from cdcd.source.catalog import (
     PublicationError,
+    add_new_tables,
     ancestors,
     enum_labels,
     prepare_filters,
     sync_publications,
     table_facts,
+    tables_fingerprint,
+    tracks_new_tables,
 )
 from cdcd.source.failover import SlotSync, failover_wanted, read_slot_sync
 from cdcd.source.protocol import protocol_version_for, quote_ident, start_replication_command
@@ -187,6 +190,7 @@ class Walsender:
         self._admin: psycopg.Connection[Any] | None = None
         self._repl: psycopg.Connection[Any] | None = None
         self._timeouts = Timeouts.of(settings, statements=True)
+        self._tables_seen: tuple[int, int] | None = None  # tables_fingerprint when the publications were kept
 
     def __enter__(self) -> Walsender:
         return self
@@ -258,6 +262,7 @@ class Walsender:
             log.warning(warning)
         if self.settings.manage_publications:
             try:
+                self._tables_seen = tables_fingerprint(admin)  # before the tables are listed: none is missed
                 sync_publications(admin, self.settings.publications, self.push_down)
             except PublicationError as exc:
                 raise SourceError(str(exc)) from None
@@ -288,6 +293,33 @@ class Walsender:
                 return query(self._admin)
         except psycopg.Error as exc:
             raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
+
+    @property
+    def tracks_new_tables(self) -> bool:
+        """cdcd keeps the table list of a managed publication (patterns, or schemas on PostgreSQL 14)."""
+        if self._admin is None or not self.settings.manage_publications:
+            return False
+        version = self._admin.info.server_version
+        return any(tracks_new_tables(p, version) for p in self.settings.publications)
+
+    def add_new_tables(self) -> list[str]:
+        """Tables created (renamed, moved) since the last look that the managed publications capture, added to them
+        now. The catalog's tables are listed only when their fingerprint changed. A table the server refuses to
+        add (e.g. not owned by cdcd's role) stops cdcd, as it would at start."""
+        if self._admin is None:
+            raise SourceDisconnected("catalog connection is not open")
+        try:
+            with self._timeouts.deadline(self._admin):
+                seen = tables_fingerprint(self._admin)
+                if seen == self._tables_seen:
+                    return []
+                added = add_new_tables(self._admin, self.settings.publications)
+        except psycopg.OperationalError as exc:
+            raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot add a new table to the publications: {first_line(exc)}") from None
+        self._tables_seen = seen
+        return added
 
     def run_action(self, query: str) -> None:
         """Run the heartbeat's action query (``kafka.heartbeat.action_query``) on the catalog connection, within
