@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import Database
 from tests.integration.kafka_harness import Run
+from tests.integration.test_check import run_cdcd
 
 pytestmark = [pytest.mark.integration, pytest.mark.every_pg]  # 14 keeps the list itself, as 15+ does
 
@@ -133,3 +135,17 @@ def test_a_listed_table_keeps_its_row_filter_and_a_schema_takes_new_tables(run: 
     added = '"table added to the publication"' in run.log.read_text()
     assert added is (db.server.version == 14)
     assert run.stop() == 0
+
+
+def test_check_names_a_matched_table_without_replica_identity(db: Database, tmp_path: Path) -> None:
+    db.execute(
+        "CREATE SCHEMA shop; CREATE TABLE shop.orders (id int PRIMARY KEY); CREATE TABLE shop.notes (body text);"
+        "ALTER TABLE shop.notes REPLICA IDENTITY NOTHING; CREATE TABLE public.t (v text);"
+        "ALTER TABLE public.t REPLICA IDENTITY NOTHING"
+    )
+    publication = {"name": "p", "include_tables": [SHOP]}
+    source = {"dsn": db.dsn(), "slot": f"s_{db.name}", "publications": [publication], "manage_publications": True}
+    result = run_cdcd("check", config={"source": source}, tmp_path=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "table shop.notes has REPLICA IDENTITY NOTHING" in result.stderr
+    assert "public.t" not in result.stderr
