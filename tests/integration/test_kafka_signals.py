@@ -6,6 +6,8 @@ again (its offset is kept with the snapshot state: the state file, or the progre
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.conftest import Database
+from tests.integration.conftest import Database, cdcd_env
 from tests.integration.kafka_harness import Event, Run, delete_topics
 
 pytestmark = pytest.mark.integration
@@ -160,4 +162,58 @@ def test_stop_snapshot_signal_aborts_it(db: Database, run: Run, signal_topic: st
     assert run.logged("incremental snapshot stopped")["table"] == "public.big"
     time.sleep(1)
     assert len(_read(run, _everything(run), "big")) == len(read)
+    assert run.stop() == 0
+
+
+def test_the_initial_snapshot_notifies_and_cdcd_snapshot_requests_too(
+    db: Database, run: Run, signal_topic: str
+) -> None:
+    """No signal topic needed for notifications: the initial snapshot's (aggregate type Initial Snapshot) and
+    those of an incremental snapshot `cdcd snapshot` asked for."""
+    db.execute(SCHEMA.format(big=2500))
+    run.start(
+        extra={
+            "snapshot": {"state_dir": str(run.tmp_path / "state"), "chunk_size": 1000},
+            "notifications": {"kafka": {"topic": f"{run.prefix}.notifications"}},
+        }
+    )
+    events = _until_notice(run, "COMPLETED")
+    initial = _notices(run, events)
+    assert {n["aggregate_type"] for n in initial} == {"Initial Snapshot"}
+    assert len({n["id"] for n in initial}) == 1
+    kinds = [(n["type"], n["additional_data"].get("scanned_collection")) for n in initial]
+    done = {table for kind, table in kinds if kind == "TABLE_SCAN_COMPLETED"}
+    assert kinds[0] == ("STARTED", None)
+    assert kinds[-1] == ("COMPLETED", None)
+    assert done == {"public.big", "public.small"}
+    rows = {
+        n["additional_data"]["scanned_collection"]: n["additional_data"]["total_rows_scanned"]
+        for n in initial
+        if n["type"] == "TABLE_SCAN_COMPLETED"
+    }
+    assert rows == {"public.big": "2500", "public.small": "50"}
+
+    config = run.tmp_path / "run.yaml"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cdcd",
+            "snapshot",
+            "--config",
+            str(config),
+            "--table",
+            "public.small",
+            "--where",
+            "id <= 10",
+        ],
+        check=True,
+        env=cdcd_env(),
+        capture_output=True,
+    )
+    events = run.consume_until(lambda evs: len([n for n in _notices(run, evs) if n["type"] == "COMPLETED"]) == 2)
+    incremental = _notices(run, events)[len(initial) :]
+    assert [n["type"] for n in incremental] == ["STARTED", "IN_PROGRESS", "TABLE_SCAN_COMPLETED", "COMPLETED"]
+    assert incremental[2]["additional_data"]["total_rows_scanned"] == "10"
+    assert {n["aggregate_type"] for n in incremental} == {"Incremental Snapshot"}
     assert run.stop() == 0
