@@ -236,8 +236,8 @@ class Snapshotter:
                 self._count(item, len(rows))
                 if not final:
                     poll()
+            self._table_done(item)  # every row read (the last batch is written with the next table's first)
             if held is None or held[0] is not item:  # an empty table is finished at once
-                self._table_done(item)
                 self._saved(item, item.last_key, 0, True)()
         if held is not None:
             self._write_initial(*held, lsn, first=first, last=True, final=True)
@@ -265,8 +265,6 @@ class Snapshotter:
         self.sink.write_snapshot(
             SnapshotBatch(relation, rows, lsn, time.time_ns() // 1000, "true", first, last, done), self.ledger
         )
-        if final:
-            self._table_done(item)
 
     def saved(self) -> None:
         """The progress in memory is committed (an exactly-once sink's commit): save it."""
@@ -313,8 +311,9 @@ class Snapshotter:
             self.notices.started(item.snapshot, self._tables_of(item.snapshot))
 
     def _table_done(self, item: TableProgress, status: str | None = None) -> None:
-        """The last rows of ``item`` are handed over (or it cannot be read): TABLE_SCAN_COMPLETED, and COMPLETED
-        after its snapshot's last table. Told as the rows go to the sink (the order Debezium's come in)."""
+        """The last rows of ``item`` are read (initial) or handed to the sink (incremental), or it cannot be read:
+        TABLE_SCAN_COMPLETED, and COMPLETED after its snapshot's last table. Told then, not once acknowledged, so
+        they come in Debezium's order (before the next table's IN_PROGRESS)."""
         if self.notices is None:
             return
         rows = self._rows(item)
@@ -489,7 +488,8 @@ class Snapshotter:
         if not stopped:
             log.info("stop-snapshot: no incremental snapshot to stop", id=signal.id)
             return
-        self.state.queue = [p for p in queue if all(p is not s for s in stopped)]
+        for item in stopped:
+            self.state.finish(item)  # as finished: a `cdcd snapshot` request the stream sends again stays done
         if self.window is not None and any(self.window.progress is s for s in stopped):
             self.window = None  # its high watermark is ignored when it comes
         for item in stopped:

@@ -33,7 +33,7 @@ from cdcd.snapshot.signals import (
     parse,
     select,
 )
-from cdcd.snapshot.state import SnapshotState, StateStore
+from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
 from cdcd.snapshot.xids import SnapshotXids
 
 NAME = "cdcd"
@@ -375,6 +375,63 @@ def test_malformed_and_foreign_records_are_skipped_and_their_offsets_kept(tmp_pa
     saved = StateStore(tmp_path, "slot").load()
     assert saved is not None
     assert saved.signal_offsets == {"0": 3}
+
+
+def test_a_table_without_a_key_is_reported_and_the_snapshot_completes(tmp_path: Path) -> None:
+    reader = FakeReader({"public.a": 5, "public.nokey": 5})
+    describe = reader.describe
+    reader.describe = lambda name: FakeTable(name, _relation("nokey"), ()) if name == "public.nokey" else describe(name)  # type: ignore[method-assign]
+    snapshotter = _snapshotter(tmp_path, reader)
+    execute = {"id": "k", "type": "execute-snapshot", "data": {"data-collections": ["public.nokey", "public.a"]}}
+    snapshotter.signal(_record(0, execute), NAME, ["public.a", "public.nokey"])
+    _run(snapshotter)
+    assert snapshotter.notices is not None
+    notices = snapshotter.notices.take()
+    done = [
+        (n.additional_data["scanned_collection"], n.additional_data["status"])
+        for n in notices
+        if n.type == "TABLE_SCAN_COMPLETED"
+    ]
+    assert done == [("public.nokey", "NO_PRIMARY_KEY"), ("public.a", "SUCCEEDED")]
+    assert notices[-1].type == "COMPLETED"
+
+
+def test_a_stopped_snapshot_counts_as_finished(tmp_path: Path) -> None:
+    """A `cdcd snapshot` request the stream sends again after a restart is not queued again once stopped."""
+    snapshotter = _snapshotter(tmp_path, FakeReader({"public.a": 5}))
+    request = control.encode({"slot": "slot", "table": "public.a", "where": None, "id": "req1"})
+    message = LogicalMessage(True, 50, control.REQUEST_PREFIX, request.encode())
+    snapshotter.request(message, ["public.a"])
+    snapshotter.signal(_record(0, {"type": "stop-snapshot"}), NAME, [])
+    snapshotter.request(message, ["public.a"])
+    assert snapshotter.state.queue == []
+    assert "req1" in snapshotter.state.finished
+
+
+def test_the_initial_snapshot_notifies(tmp_path: Path) -> None:
+    reader = FakeReader({"public.a": 15, "public.b": 0})
+    reader.rows = lambda table, condition, after: iter([(str(i), f"v{i}") for i in range(reader.tables[table.name])])  # type: ignore[method-assign]
+    state = SnapshotState("slot", initial="running", consistent_point=10)
+    state.queue = [TableProgress("public.a", "initial"), TableProgress("public.b", "initial")]
+    snapshotter = _snapshotter(tmp_path, reader, state)
+    snapshotter.run_initial("exported", lambda: None)
+    snapshotter.initial_finished()
+    assert snapshotter.notices is not None
+    notices = snapshotter.notices.take()
+    assert {n.aggregate_type for n in notices} == {"Initial Snapshot"}
+    assert [
+        (n.type, n.additional_data.get("scanned_collection"), n.additional_data.get("total_rows_scanned"))
+        for n in notices
+    ] == [
+        ("STARTED", None, None),
+        ("IN_PROGRESS", None, "0"),
+        ("TABLE_SCAN_COMPLETED", "public.a", "15"),
+        ("IN_PROGRESS", None, "0"),
+        ("TABLE_SCAN_COMPLETED", "public.b", "0"),
+        ("COMPLETED", None, None),
+    ]
+    assert notices[2].additional_data["status"] == "SUCCEEDED"
+    assert notices[4].additional_data["status"] == "EMPTY"
 
 
 def test_no_notifications_without_a_notification_topic(tmp_path: Path) -> None:
