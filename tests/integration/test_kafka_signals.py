@@ -217,3 +217,36 @@ def test_the_initial_snapshot_notifies_and_cdcd_snapshot_requests_too(
     assert incremental[2]["additional_data"]["total_rows_scanned"] == "10"
     assert {n["aggregate_type"] for n in incremental} == {"Incremental Snapshot"}
     assert run.stop() == 0
+
+
+def test_pause_and_resume_signals_hold_and_release_the_snapshot(db: Database, run: Run, signal_topic: str) -> None:
+    db.execute(SCHEMA.format(big=2500))  # chunks of 1000, 1000, 500
+    _start(run, signal_topic, chunk_size=1000)
+    _send(
+        run,
+        signal_topic,
+        {"type": "pause-snapshot", "data": {"type": "incremental"}},
+        {"id": "held", "type": "execute-snapshot", "data": {"data-collections": ["public.big"]}},
+    )
+    deadline = time.monotonic() + 30
+    while '"incremental snapshot queued"' not in run.log.read_text():
+        assert time.monotonic() < deadline, run.log.read_text()[-3000:]
+        time.sleep(0.2)
+    assert run.logged("incremental snapshots paused")["queued"] == 0
+    # the execute-snapshot is queued while paused: nothing is read
+    time.sleep(2)
+    assert _read(run, _everything(run), "big") == []
+    _send(run, signal_topic, {"type": "resume-snapshot", "data": {"type": "incremental"}})
+    events = _until_notice(run, "COMPLETED")
+    kinds = [n["type"] for n in _notices(run, events)]
+    assert kinds == [
+        "RESUMED",
+        "STARTED",
+        "IN_PROGRESS",
+        "IN_PROGRESS",
+        "IN_PROGRESS",
+        "TABLE_SCAN_COMPLETED",
+        "COMPLETED",
+    ]
+    assert sorted(_read(run, _everything(run), "big")) == list(range(1, 2501))
+    assert run.stop() == 0
