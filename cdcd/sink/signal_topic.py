@@ -42,6 +42,7 @@ class SignalTopic:
         self._offsets: dict[str, int] = {}
         self._assigned = False
         self._next_try = 0.0
+        self._quiet_until = 0.0  # no read error is logged again before then
 
     def start(self, offsets: Mapping[str, int]) -> None:
         """Read from ``offsets`` (partition -> next offset; a partition not in it from its beginning)."""
@@ -57,7 +58,8 @@ class SignalTopic:
         for message in self._consumer.consume(_BATCH, timeout=0):
             error = message.error()
             if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
+                if error.code() != KafkaError._PARTITION_EOF and time.monotonic() >= self._quiet_until:
+                    self._quiet_until = time.monotonic() + _RETRY_S  # a topic gone would say so at every poll
                     log.warning("cannot read the signal topic now", topic=self.topic, error=error.str())
                 continue
             out.append(SignalRecord(message.partition() or 0, message.offset() or 0, message.key(), message.value()))
