@@ -156,3 +156,15 @@ class Shaped:
     def unix_commit_times(self) -> list[float]:
         """The commit times in unix seconds, as ``Ledger`` takes them."""
         return [pg_to_unix_us(t) / 1e6 for t in self.commit_times]
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One of Debezium's snapshot notifications (``cdcd.snapshot.notifications`` makes them, the sink writes
+    them to ``notifications.kafka.topic``)."""
+
+    id: str
+    aggregate_type: str  # Incremental Snapshot | Initial Snapshot
+    type: str  # STARTED, IN_PROGRESS, TABLE_SCAN_COMPLETED, COMPLETED, ABORTED, PAUSED, RESUMED
+    additional_data: dict[str, str]
+    timestamp: int  # unix milliseconds

@@ -36,6 +36,7 @@ from cdcd.shaping import table_subjects
 from cdcd.sink import Sink, SinkFailure
 from cdcd.sink.jsonl import JsonLinesSink
 from cdcd.snapshot.runner import SnapshotError
+from cdcd.snapshot.signals import SignalSource
 from cdcd.snapshot.state import StateError, state_dir_problem
 from cdcd.source.checks import check_source
 from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts
@@ -209,6 +210,17 @@ def _sink(settings: Settings, output: str | None) -> tuple[Sink, BinaryIO | None
     return JsonLinesSink(out, settings.sink.fsync), None if out is sys.stdout.buffer else out
 
 
+def _signals(settings: Settings) -> SignalSource | None:
+    """The Kafka signal topic's reader, when ``signals.kafka.topic`` is set."""
+    topic = settings.signals.kafka.topic
+    if topic is None:
+        return None
+    from cdcd.sink.signal_topic import SignalTopic  # noqa: PLC0415 - loaded only when used
+
+    kafka = settings.kafka
+    return SignalTopic(kafka.client_config(), topic, f"cdcd-signals-{kafka.topic_prefix}", kafka.create_topics)
+
+
 def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Metrics | None:
     """Serve /metrics, /healthz and /readyz when metrics.listen is set; raises OSError if it cannot bind."""
     address = settings.metrics.address
@@ -228,7 +240,8 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
     notifier = Notifier.from_environment()  # systemd Type=notify: READY, WATCHDOG, STOPPING
     stopping.catch()  # also when called without cdcd.entry (in-process, tests)
     stopping.on_stop(lambda: notifier.stopping("flushing the sink, then a final status update"))
-    loop = ReplicationLoop(settings, sink, stopping.STOP, notifier)
+    signals = _signals(settings)
+    loop = ReplicationLoop(settings, sink, stopping.STOP, notifier, signals)
     log = structlog.get_logger("cdcd")
     try:
         metrics = _serve_metrics(settings, loop, sink) if serve_metrics else None
@@ -262,6 +275,8 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
         if metrics is not None:
             metrics.close()
         sink.close()
+        if signals is not None:
+            signals.close()
         if opened is not None:
             opened.close()
     stats, filters = loop.stats, loop.filter_stats

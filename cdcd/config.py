@@ -511,6 +511,51 @@ class SnapshotSettings(_Section):
     )
 
 
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def _topic_name(value: str | None) -> str | None:
+    if value is not None and not _TOPIC.fullmatch(value):
+        raise ValueError(f"a topic name may hold letters, digits, '.', '_' and '-' only, got {value!r}")
+    return value
+
+
+class SignalKafkaSettings(_Section):
+    topic: str | None = Field(
+        None,
+        description="Kafka topic `cdcd run` reads snapshot signals from (Debezium's signal.kafka.topic): records"
+        ' keyed by kafka.topic_prefix (Debezium\'s connector name), valued {"type": "execute-snapshot" |'
+        ' "stop-snapshot" | "pause-snapshot" | "resume-snapshot" | "log", "data": {...}}; each acted on'
+        " once (its offset is kept with the snapshot state); none: no Kafka signals",
+    )
+    poll_interval_s: float = Field(0.5, gt=0, description="how often the signal topic is read while streaming")
+
+    check_topic = field_validator("topic")(_topic_name)
+
+
+class SignalSettings(_Section):
+    kafka: SignalKafkaSettings = Field(
+        default_factory=SignalKafkaSettings, description="Debezium's Kafka signal channel (README: Snapshots)"
+    )
+
+
+class NotificationKafkaSettings(_Section):
+    topic: str | None = Field(
+        None,
+        description="Kafka topic of Debezium's snapshot notifications (its notification.sink.topic.name):"
+        " Incremental Snapshot / Initial Snapshot STARTED, IN_PROGRESS, TABLE_SCAN_COMPLETED, COMPLETED, ABORTED,"
+        " PAUSED, RESUMED (Avro, key {id}); needs sink.kind kafka; none: no notifications",
+    )
+
+    check_topic = field_validator("topic")(_topic_name)
+
+
+class NotificationSettings(_Section):
+    kafka: NotificationKafkaSettings = Field(
+        default_factory=NotificationKafkaSettings, description="Debezium's sink notification channel, on Kafka"
+    )
+
+
 class SinkSettings(_Section):
     kind: Literal["jsonl", "kafka"] = Field("jsonl", description="where `cdcd run` sends changes")
     path: str = Field("-", description="jsonl: the file to append to, - for stdout")
@@ -567,6 +612,14 @@ class Settings(BaseSettings):
     schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    signals: SignalSettings = Field(default_factory=SignalSettings)
+    notifications: NotificationSettings = Field(default_factory=NotificationSettings)
+
+    @model_validator(mode="after")
+    def _notifications_need_kafka(self) -> Settings:
+        if self.notifications.kafka.topic is not None and self.sink.kind != "kafka":
+            raise ValueError("notifications.kafka.topic is written by the Kafka sink: set sink.kind to kafka")
+        return self
 
     @classmethod
     def settings_customise_sources(

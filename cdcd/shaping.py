@@ -41,16 +41,19 @@ from cdcd.avro.metadata import (
     HEARTBEAT_KEY,
     HEARTBEAT_VALUE,
     MESSAGE_KEY,
+    NOTIFICATION_KEY,
+    NOTIFICATION_VALUE,
     TRANSACTION_KEY,
     TRANSACTION_VALUE,
     encode_debezium_message,
     encode_debezium_transaction,
     encode_heartbeat,
     encode_message,
+    encode_notification,
     message_value_schema,
     transaction_fields_encoder,
 )
-from cdcd.batches import Buffered, EncodedRun, Plain, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, EncodedRun, Notification, Plain, SnapshotBatch, Transaction
 from cdcd.heartbeat import Heartbeat
 from cdcd.lsn import pg_to_unix_us
 from cdcd.native import native as _native
@@ -239,6 +242,14 @@ class EventShaper:
         positions cdcd had then. The same in both layouts."""
         key, value = encode_heartbeat(self.prefix, beat.ts_ms, beat.lsn, beat.received_lsn)
         key_header, value_header = self._fixed_headers(topic, HEARTBEAT_KEY, HEARTBEAT_VALUE)
+        emit(topic, key_header + key, value_header + value, None)
+
+    def notification(self, topic: str, notification: Notification, emit: Emit) -> None:
+        """Emit a snapshot notification on ``topic``: Debezium's record, keyed by its id. The same in both
+        layouts."""
+        n = notification
+        key, value = encode_notification(n.id, n.type, n.aggregate_type, n.additional_data, n.timestamp)
+        key_header, value_header = self._fixed_headers(topic, NOTIFICATION_KEY, NOTIFICATION_VALUE)
         emit(topic, key_header + key, value_header + value, None)
 
     def message(self, message: LogicalMessage, emit: Emit) -> None:

@@ -308,3 +308,50 @@ def encode_heartbeat(server_name: str, ts_ms: int, lsn: int, received_lsn: int) 
     key = _encode("heartbeat_key", HEARTBEAT_KEY, {"serverName": server_name})
     value = _encode("heartbeat_value", HEARTBEAT_VALUE, {"ts_ms": ts_ms, "lsn": lsn, "received_lsn": received_lsn})
     return key, value
+
+
+# Snapshot notifications (notifications.kafka.topic): Debezium's key and value
+# (io.debezium.connector.common.NotificationKey, Notification).
+NOTIFICATION_KEY: Final = _connect(
+    {
+        "type": "record",
+        "name": "NotificationKey",
+        "namespace": "io.debezium.connector.common",
+        "fields": [{"name": "id", "type": "string"}],
+    },
+    "io.debezium.connector.common.NotificationKey",
+)
+NOTIFICATION_VALUE: Final = _connect(
+    {
+        "type": "record",
+        "name": "Notification",
+        "namespace": "io.debezium.connector.common",
+        "fields": [
+            {"name": "id", "type": "string"},
+            {"name": "type", "type": "string"},
+            {"name": "aggregate_type", "type": "string"},
+            {"name": "additional_data", "type": ["null", {"type": "map", "values": "string"}], "default": None},
+            {"name": "timestamp", "type": "long"},
+        ],
+    },
+    "io.debezium.connector.common.Notification",
+)
+
+
+def encode_notification(
+    notification_id: str, kind: str, aggregate_type: str, additional_data: dict[str, str], timestamp: int
+) -> tuple[bytes, bytes]:
+    """Key and value of a notification record."""
+    key = _encode("notification_key", NOTIFICATION_KEY, {"id": notification_id})
+    value = _encode(
+        "notification_value",
+        NOTIFICATION_VALUE,
+        {
+            "id": notification_id,
+            "type": kind,
+            "aggregate_type": aggregate_type,
+            "additional_data": additional_data,
+            "timestamp": timestamp,
+        },
+    )
+    return key, value

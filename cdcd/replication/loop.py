@@ -35,8 +35,10 @@ from cdcd.replication.lane import Lane, Laned, carry_out
 from cdcd.replication.start import check_timeline, committed_snapshot, resumable, slot_request
 from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind
 from cdcd.snapshot.meter import SnapshotMeters
+from cdcd.snapshot.notifications import Notices
 from cdcd.snapshot.reader import SnapshotReader
 from cdcd.snapshot.runner import Snapshotter, start_state
+from cdcd.snapshot.signals import SignalSource
 from cdcd.snapshot.state import SnapshotState, StateStore
 from cdcd.source.walsender import SessionInfo, SlotActive, SourceDisconnected, SourceError, Timeouts, Walsender
 
@@ -51,9 +53,16 @@ class _Stopped(Exception):
 
 class ReplicationLoop:
     def __init__(
-        self, settings: Settings, sink: Sink, stop: threading.Event | None = None, notifier: Notifier | None = None
+        self,
+        settings: Settings,
+        sink: Sink,
+        stop: threading.Event | None = None,
+        notifier: Notifier | None = None,
+        signals: SignalSource | None = None,
     ) -> None:
         self.settings = settings
+        self.signals = signals  # the Kafka signal topic (signals.kafka.topic)
+        self._signals_due = 0.0
         self.notifier = notifier or Notifier(None)
         self.sink = sink
         self.stop = stop or threading.Event()
@@ -193,6 +202,7 @@ class ReplicationLoop:
         if committed is not None:
             self.ledger.resume_at(committed.flush_lsn)
             saved = committed_snapshot(committed, saved, source.slot)
+        signal_offsets = {} if saved is None else saved.signal_offsets  # kept when a lost slot is made anew
         saved = resumable(saved, info, source.slot)
         log.info(
             "connected",
@@ -228,6 +238,7 @@ class ReplicationLoop:
             created = info.consistent_point if info.slot_created else None
             new_tables = self.settings.snapshot.new_tables
             state = start_state(saved, source.slot, mode, created, self._captured, new_tables=new_tables)
+            state.signal_offsets = state.signal_offsets or dict(signal_offsets)
             store.save(state)
             self._save_positions()
             self.snapshotter = core.watcher = Snapshotter(
@@ -242,7 +253,10 @@ class ReplicationLoop:
                 self._count_snapshot_rows,
                 self.meters,
                 save_on_done=not self.sink.transactional,
+                notices=self._notices(),
             )
+            if self.signals is not None:
+                self.signals.start(state.signal_offsets)
             self.state.postgresql_up = True
             self.state.server, self.state.server_version = reader.server(), _version(info.server_version)
             context = SessionContext(
@@ -313,16 +327,54 @@ class ReplicationLoop:
         self.state.phase = "initial snapshot"
         self.sink.start_session(context)
         assert info.exported_snapshot is not None
-        snapshotter.run_initial(info.exported_snapshot, self._snapshot_poll)
+        try:
+            snapshotter.run_initial(info.exported_snapshot, self._snapshot_poll)
+        except _Stopped:
+            self._initial_aborted(snapshotter)
+            raise
         while self.ledger.pending and not self.stop.is_set():
             self.sink.flush(1.0)
+            self._write_notices()
             self._beat()
         if self.stop.is_set():
+            self._initial_aborted(snapshotter)
             return False  # what was acknowledged is saved: a restart resumes after it
         snapshotter.initial_finished()
         point = format_lsn(info.consistent_point or 0)
         log.info("initial snapshot done", rows=self.snapshot_rows.total(), consistent_point=point)
         return True
+
+    def _initial_aborted(self, snapshotter: Snapshotter) -> None:
+        snapshotter.initial_aborted()
+        with contextlib.suppress(_Stopped):  # a sink waiting for Kafka gives up at once: a stop was asked for
+            self._write_notices()
+
+    def _notices(self) -> Notices | None:
+        """Debezium's snapshot notifications, when ``notifications.kafka.topic`` is set and the sink is Kafka's."""
+        if self.settings.notifications.kafka.topic is None or not isinstance(self.sink, ShapingSink):
+            return None
+        return Notices(self.settings.kafka.topic_prefix)
+
+    def _write_notices(self) -> None:
+        """Hand the notifications made since the last call to the sink (never from inside a sink's callback)."""
+        snapshotter, sink = self.snapshotter, self.sink
+        if snapshotter is None or snapshotter.notices is None or not snapshotter.notices.pending:
+            return
+        topic = self.settings.notifications.kafka.topic
+        assert topic is not None
+        assert isinstance(sink, ShapingSink)
+        for notification in snapshotter.notices.take():
+            sink.write_notification(topic, notification, self.ledger)
+
+    def _signals_if_due(self) -> None:
+        """Read the signal topic every ``signals.kafka.poll_interval_s`` and act on what came."""
+        snapshotter, signals = self.snapshotter, self.signals
+        now = time.monotonic()
+        if signals is None or snapshotter is None or now < self._signals_due:
+            return
+        self._signals_due = now + self.settings.signals.kafka.poll_interval_s
+        for record in signals.poll():
+            snapshotter.signal(record, self.settings.kafka.topic_prefix, self._captured)
 
     def _snapshot_hooks(self) -> tuple[Callable[[], dict[str, Any] | None], Callable[[], None]]:
         """For an exactly-once sink: the snapshot state to commit with the data, and what saves it after."""
@@ -353,6 +405,7 @@ class ReplicationLoop:
 
     def _snapshot_poll(self) -> None:
         self.sink.poll()
+        self._write_notices()
         self._beat()
         if self.stop.is_set():
             raise _Stopped
@@ -377,9 +430,11 @@ class ReplicationLoop:
             sink.poll()
             self._heartbeat_if_due(walsender, heartbeats)
             self._new_tables_if_due(walsender)
+            self._signals_if_due()
             snapshotter = self.snapshotter
             if snapshotter is not None and snapshotter.pending and sink.in_flight() < SNAPSHOT_BACKPRESSURE:
                 snapshotter.next_chunk(core.recent_xids)
+            self._write_notices()
             self._report(walsender)
             if reply:
                 self._send_status(walsender, core)

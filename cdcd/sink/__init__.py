@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from cdcd.batches import Buffered, Shaped, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, Notification, Shaped, SnapshotBatch, Transaction
 from cdcd.heartbeat import Heartbeat
 from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import LogicalMessage, Type
@@ -125,3 +125,6 @@ class ShapingSink(Sink, Protocol):
 
     def write_heartbeat(self, beat: Heartbeat, progress: Ledger) -> None:
         """Write a heartbeat record (``kafka.heartbeat``), finished once written; it confirms nothing new."""
+
+    def write_notification(self, topic: str, notification: Notification, progress: Ledger) -> None:
+        """Write a snapshot notification (``notifications.kafka``) to ``topic``; it confirms nothing new."""

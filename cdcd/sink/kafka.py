@@ -23,7 +23,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from cdcd.avro.schema import column_changes
-from cdcd.batches import Buffered, Plain, Shaped, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, Notification, Plain, Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.heartbeat import Heartbeat
 from cdcd.ledger import Entry, Ledger
@@ -176,6 +176,12 @@ class KafkaSink(AtLeastOnce):
         """A heartbeat record, as an entry at the position confirmable already: it confirms nothing new."""
         entry = progress.open(progress.flushed_lsn)
         self.shaper.heartbeat(self.settings.heartbeat_topic, beat, self._emitter(progress, entry))
+        progress.seal(entry)
+
+    def write_notification(self, topic: str, notification: Notification, progress: Ledger) -> None:
+        """A snapshot notification, as a heartbeat: an entry that confirms nothing new."""
+        entry = progress.open(progress.flushed_lsn)
+        self.shaper.notification(topic, notification, self._emitter(progress, entry))
         progress.seal(entry)
 
     def poll(self) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException
 
-from cdcd.batches import Buffered, Plain, Shaped, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, Notification, Plain, Shaped, SnapshotBatch, Transaction
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.heartbeat import Heartbeat
 from cdcd.ledger import Entry, Ledger
@@ -213,6 +213,13 @@ class ExactlyOnceKafkaSink(KafkaSink):
         """In a Kafka transaction like everything else; its entry confirms nothing new (``KafkaSink``'s)."""
         entry = self._hold(progress.open(progress.flushed_lsn), progress)
         self.shaper.heartbeat(self.settings.heartbeat_topic, beat, self._emit)
+        progress.seal(entry)
+        self._commit_if_due()
+
+    def write_notification(self, topic: str, notification: Notification, progress: Ledger) -> None:
+        """In a Kafka transaction like everything else (committed with the snapshot state it tells of)."""
+        entry = self._hold(progress.open(progress.flushed_lsn), progress)
+        self.shaper.notification(topic, notification, self._emit)
         progress.seal(entry)
         self._commit_if_due()
 

@@ -28,6 +28,8 @@ PURE = (
     "cdcd.snapshot.runner",
     "cdcd.snapshot.window",
     "cdcd.snapshot.control",
+    "cdcd.snapshot.signals",
+    "cdcd.snapshot.notifications",
     "cdcd.snapshot.copy",
     "cdcd.snapshot.xids",
     "cdcd.source.protocol",
