@@ -1,0 +1,42 @@
+"""What `cdcd run` imports before its loop starts: the modules it needs only once streaming (or never) stay out.
+
+Start-up time itself is measured by benchmarks/startup.py; this guards the structure that makes it short.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+# Imported only when used: the Kafka sink's module and its clients (the sink is built after the configuration is
+# read), fastavro (transaction metadata encoding), the checks of `cdcd check`, the JSON-lines sink; rich never.
+LATER = ("rich", "confluent_kafka", "fastavro", "httpx", "cdcd.sink.kafka", "cdcd.source.checks", "cdcd.sink.jsonl")
+
+_PROBE = """
+import json, sys
+from cdcd.entry import block_unused
+block_unused()
+import cdcd.cli
+print(json.dumps(sorted(name for name, module in sys.modules.items() if module is not None)))
+"""
+
+
+def _imported_by_cli() -> set[str]:
+    found = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, timeout=120)
+    return set(json.loads(found.stdout))
+
+
+def test_the_cli_imports_no_module_it_needs_only_later() -> None:
+    imported = _imported_by_cli()
+    assert "cdcd.replication.loop" in imported  # the probe imported what `cdcd run` imports
+    assert sorted(imported & set(LATER)) == []
+
+
+def test_structlog_renders_without_rich_once_blocked() -> None:
+    probe = (
+        "from cdcd.entry import block_unused; block_unused(); import structlog.dev as d; "
+        "print(d.default_exception_formatter.__name__)"
+    )
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert found.stdout.strip() == "plain_traceback"
