@@ -54,7 +54,7 @@ def _commit_of(command: list[str]) -> str:
     """The git commit of the tree the command's cdcd package is imported from."""
     python = Path(command[0]).parent / "python"
     probe = [str(python) if python.exists() else sys.executable, "-c", "import cdcd, os; print(cdcd.__file__)"]
-    found = subprocess.run(probe, capture_output=True, text=True, check=False)
+    found = subprocess.run(probe, capture_output=True, text=True, check=False, cwd=tempfile.gettempdir())
     if found.returncode != 0:
         return "?"
     tree = Path(found.stdout.strip()).parent.parent

@@ -12,18 +12,22 @@ import sys
 # Imported only when used: the Kafka sink's module and its clients (the sink is built after the configuration is
 # read), fastavro (transaction metadata encoding), the checks of `cdcd check`, the JSON-lines sink; rich never.
 LATER = ("rich", "confluent_kafka", "fastavro", "httpx", "cdcd.sink.kafka", "cdcd.source.checks", "cdcd.sink.jsonl")
+# The Kafka sink's module is loaded before the slot is active, its registry client (HTTP, TLS) as streaming starts.
+REGISTRY = ("confluent_kafka.schema_registry", "httpx", "fastavro")
 
 _PROBE = """
 import json, sys
 from cdcd.entry import block_unused
 block_unused()
 import cdcd.cli
+{more}
 print(json.dumps(sorted(name for name, module in sys.modules.items() if module is not None)))
 """
 
 
-def _imported_by_cli() -> set[str]:
-    found = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, timeout=120)
+def _imported_by_cli(more: str = "") -> set[str]:
+    probe = _PROBE.format(more=more)
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
     return set(json.loads(found.stdout))
 
 
@@ -31,6 +35,12 @@ def test_the_cli_imports_no_module_it_needs_only_later() -> None:
     imported = _imported_by_cli()
     assert "cdcd.replication.loop" in imported  # the probe imported what `cdcd run` imports
     assert sorted(imported & set(LATER)) == []
+
+
+def test_the_kafka_sinks_load_no_registry_client() -> None:
+    imported = _imported_by_cli("import cdcd.sink.kafka, cdcd.sink.transactional")
+    assert "confluent_kafka" in imported
+    assert sorted(imported & set(REGISTRY)) == []
 
 
 def test_structlog_renders_without_rich_once_blocked() -> None:
