@@ -106,7 +106,7 @@ class KafkaSink(AtLeastOnce):
             "bootstrap.servers": self.settings.bootstrap_servers,
             "logger": library_logger("cdcd.librdkafka"),
             "error_cb": self._client_error,
-            "linger.ms": 20,
+            "linger.ms": 5,  # the wait is latency (benchmarks/latency.py); under load batches fill before it ends
             "compression.type": "lz4",
             "queue.buffering.max.messages": 100_000,
             "queue.buffering.max.kbytes": 65_536,  # the local queue is bounded: 64 MiB
