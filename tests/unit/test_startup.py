@@ -9,6 +9,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+from cdcd.source import walsender
+
 # Imported only when used: the Kafka sink's module and its clients (the sink is built after the configuration is
 # read), fastavro (transaction metadata encoding), the checks of `cdcd check`, the JSON-lines sink; rich never.
 LATER = ("rich", "confluent_kafka", "fastavro", "httpx", "cdcd.sink.kafka", "cdcd.source.checks", "cdcd.sink.jsonl")
@@ -50,3 +54,28 @@ def test_structlog_renders_without_rich_once_blocked() -> None:
     )
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert found.stdout.strip() == "plain_traceback"
+
+
+class _Conn:
+    closed = 0
+
+    def close(self) -> None:
+        _Conn.closed += 1
+
+
+def test_a_connection_made_meanwhile_is_handed_over_or_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(walsender, "connect", lambda *args, **kwargs: _Conn())
+    made = walsender._Connecting("dsn", None)
+    assert isinstance(made.result(), _Conn)
+    walsender._Connecting("dsn", None).discard()  # the catalog connection failed: this one is not wanted
+    assert _Conn.closed == 1
+
+
+def test_a_connection_that_failed_meanwhile_raises_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
+        raise walsender.SourceDisconnected("cannot connect to PostgreSQL: refused")
+
+    monkeypatch.setattr(walsender, "connect", refused)
+    with pytest.raises(walsender.SourceDisconnected, match="refused"):
+        walsender._Connecting("dsn", None).result()
+    walsender._Connecting("dsn", None).discard()  # nothing to close, nothing raised
