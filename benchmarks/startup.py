@@ -17,6 +17,7 @@ Needs the local stack's PostgreSQL, Kafka and registry. benchmarks/ is on sys.pa
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import secrets
@@ -34,7 +35,7 @@ import psycopg
 import yaml
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
-from drain import DEFAULT_DSN, PUBLICATION, TABLE, BenchError, _cdcd_command, _connect, _log_tail
+from drain import DEFAULT_DSN, PUBLICATION, TABLE, BenchError, _cdcd_command, _connect, _cpu_s, _log_tail
 from kafka import DEFAULT_BOOTSTRAP, DEFAULT_REGISTRY
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
@@ -48,6 +49,7 @@ class Variant:
     command: list[str]
     commit: str
     seconds: list[float]
+    cpu_s: list[float]  # the process's CPU time (all threads) when the slot became active
 
 
 def _commit_of(command: list[str]) -> str:
@@ -140,8 +142,9 @@ class Startup:
         env["PYTHONPYCACHEPREFIX"] = str(self.args.pycache)
         return env
 
-    def run_once(self, command: list[str], config: Path, log: Path) -> float:
-        """Seconds from launch until the slot is active; the process is then stopped with SIGTERM."""
+    def run_once(self, command: list[str], config: Path, log: Path) -> tuple[float, float]:
+        """Seconds from launch until the slot is active, and the CPU seconds the process had used by then; the
+        process is then stopped with SIGTERM."""
         self._wait_free()
         env = self.environment()
         with log.open("wb") as err:
@@ -161,11 +164,12 @@ class Startup:
                     raise BenchError(f"cdcd not streaming after 60 s:\n{_log_tail(log)}")
                 time.sleep(0.002)
             seconds = time.perf_counter() - start
+            cpu = _cpu_s(proc.pid) or math.nan
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(timeout=60)
             if code != 0:
                 raise BenchError(f"cdcd exited {code} after SIGTERM:\n{_log_tail(log)}")
-            return seconds
+            return seconds, cpu
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -251,27 +255,32 @@ def main(argv: list[str] | None = None) -> int:
         bench.setup()
         config = bench.config()
         this = _cdcd_command()
-        variants = [Variant("this tree", this, _commit_of(this), [])]
+        variants = [Variant("this tree", this, _commit_of(this), [], [])]
         if args.reference != "none":
             reference = [args.reference]
-            variants.append(Variant("reference", reference, _commit_of(reference), []))
+            variants.append(Variant("reference", reference, _commit_of(reference), [], []))
         for variant in variants:  # not counted: compiles and caches the byte code if it is not cached yet
             bench.run_once(variant.command, config, workdir / f"warm-up-{variant.name[:4]}.log")
         for run in range(1, args.runs + 1):
             for variant in variants if run % 2 else variants[::-1]:
-                seconds = bench.run_once(variant.command, config, workdir / f"run-{run}-{variant.name[:4]}.log")
+                seconds, cpu = bench.run_once(variant.command, config, workdir / f"run-{run}-{variant.name[:4]}.log")
                 variant.seconds.append(seconds)
-                print(f"run {run}: {variant.name}: {seconds:.3f} s", flush=True)
-        print(f"\nlaunch -> slot active, `cdcd run` {args.delivery}, median of {args.runs} (min .. max):")
+                variant.cpu_s.append(cpu)
+                print(f"run {run}: {variant.name}: {seconds:.3f} s ({cpu:.2f} CPU s)", flush=True)
+        print(
+            f"\nlaunch -> slot active, `cdcd run` {args.delivery}, median of {args.runs} (min .. max), CPU s by then:"
+        )
         for variant in variants:
             s = variant.seconds
             print(
-                f"  {variant.name:10} {statistics.median(s):.3f} s ({min(s):.3f} .. {max(s):.3f})  "
-                f"{' '.join(variant.command)} @ {variant.commit}"
+                f"  {variant.name:10} {statistics.median(s):.3f} s ({min(s):.3f} .. {max(s):.3f}), "
+                f"{statistics.median(variant.cpu_s):.3f} CPU s  {' '.join(variant.command)} @ {variant.commit}"
             )
         if len(variants) == 2:
-            ratio = statistics.median(variants[0].seconds) / statistics.median(variants[1].seconds)
-            print(f"  ratio this tree / reference: {ratio:.2f}")
+            ours, theirs = variants
+            ratio = statistics.median(ours.seconds) / statistics.median(theirs.seconds)
+            cpu_ratio = statistics.median(ours.cpu_s) / statistics.median(theirs.cpu_s)
+            print(f"  ratio this tree / reference: {ratio:.2f} (CPU s: {cpu_ratio:.2f})")
         if args.top:
             bench.import_profile(config, args.top)
     except (BenchError, psycopg.Error, OSError, subprocess.SubprocessError) as exc:
