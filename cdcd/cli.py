@@ -34,11 +34,9 @@ from cdcd.replication.loop import ReplicationLoop
 from cdcd.secrets import redacted_output
 from cdcd.shaping import table_subjects
 from cdcd.sink import Sink, SinkFailure
-from cdcd.sink.jsonl import JsonLinesSink
 from cdcd.snapshot.runner import SnapshotError
 from cdcd.snapshot.signals import SignalSource
 from cdcd.snapshot.state import StateError, state_dir_problem
-from cdcd.source.checks import check_source
 from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
@@ -97,6 +95,8 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _check(settings: Settings) -> int:
+    from cdcd.source.checks import check_source  # noqa: PLC0415 - loaded only when used
+
     findings = check_source(settings.source)
     problems = findings.config_errors + findings.problems
     state_problem = state_dir_problem(settings.snapshot.state_dir)
@@ -206,6 +206,8 @@ def _sink(settings: Settings, output: str | None) -> tuple[Sink, BinaryIO | None
 
         kind = ExactlyOnceKafkaSink if settings.kafka.delivery == "exactly_once" else KafkaSink
         return kind(settings.kafka, settings.schema_registry), None
+    from cdcd.sink.jsonl import JsonLinesSink  # noqa: PLC0415 - loaded only when used
+
     out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
     return JsonLinesSink(out, settings.sink.fsync), None if out is sys.stdout.buffer else out
 

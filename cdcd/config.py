@@ -343,7 +343,7 @@ class ExactlyOnceSettings(_Section):
         " __cdcd-progress-<topic_prefix>, outside the <topic_prefix>.* topics consumers subscribe to",
     )
     commit_interval_ms: int = Field(
-        50, ge=1, description="longest a Kafka transaction stays open for more PostgreSQL transactions (latency)"
+        20, ge=1, description="longest a Kafka transaction stays open for more PostgreSQL transactions (latency)"
     )
     max_messages: int = Field(
         50_000, ge=1, description="messages after which a Kafka transaction is committed at the next transaction end"

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fastavro import parse_schema, schemaless_writer
-
 from cdcd.avro.encoder import SourceInfo, TxInfo, block_datum, source_datum, write_long, write_string
 from cdcd.avro.schema import block_schema, source_schema
 from cdcd.native import native as _native
@@ -144,6 +142,8 @@ _PARSED: dict[str, Any] = {}
 
 
 def _encode(name: str, schema: dict[str, Any], datum: dict[str, Any]) -> bytes:
+    from fastavro import parse_schema, schemaless_writer  # noqa: PLC0415 - a 0.1 s import start-up does not need
+
     parsed = _PARSED.get(name)
     if parsed is None:
         parsed = _PARSED[name] = parse_schema(schema)

@@ -14,13 +14,11 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from cdcd.avro.schema import column_changes
 from cdcd.batches import Buffered, Notification, Plain, Shaped, SnapshotBatch, Transaction
@@ -32,6 +30,10 @@ from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage
 from cdcd.shaping import Emit, EmitMany, EventShaper, Headers
 from cdcd.sink import AtLeastOnce, SessionContext, SinkFailure
+
+if TYPE_CHECKING:  # the registry's client module (HTTP, TLS) is most of this one's import: loaded when first used
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 log = structlog.get_logger("cdcd.sink.kafka")
 
@@ -75,7 +77,8 @@ class KafkaSink(AtLeastOnce):
             "error_cb": self._client_error,
         }
         self.admin = AdminClient(admin_config)
-        self.registry = SchemaRegistryClient(registry.client_config())
+        self._registry_config = registry.client_config()
+        self._registry: SchemaRegistryClient | None = None
         self.keep_alive: Callable[[], None] = lambda: None
         self._topics: set[str] = set()
         self._schema_ids: dict[tuple[str, str], int] = {}
@@ -103,7 +106,7 @@ class KafkaSink(AtLeastOnce):
             "bootstrap.servers": self.settings.bootstrap_servers,
             "logger": library_logger("cdcd.librdkafka"),
             "error_cb": self._client_error,
-            "linger.ms": 20,
+            "linger.ms": 5,  # the wait is latency (benchmarks/latency.py); under load batches fill before it ends
             "compression.type": "lz4",
             "queue.buffering.max.messages": 100_000,
             "queue.buffering.max.kbytes": 65_536,  # the local queue is bounded: 64 MiB
@@ -131,6 +134,7 @@ class KafkaSink(AtLeastOnce):
     # -- the Sink protocol ----------------------------------------------------------------------
 
     def start_session(self, session: SessionContext) -> None:
+        self._registry = self.registry
         self.shaper.start_session(session.database, session.types, session.plans, session.encoding)
         self.keep_alive = session.keep_alive
 
@@ -335,6 +339,20 @@ class KafkaSink(AtLeastOnce):
         self._raise_failure()
         self.keep_alive()
 
+    @property
+    def registry(self) -> SchemaRegistryClient:
+        """The registry's client, made as a session starts streaming (its module is loaded by then, not before the
+        slot is active) or at the first schema, whichever is first; a bad client setting stops cdcd then."""
+        if self._registry is None:
+            from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: PLC0415
+
+            self._registry = SchemaRegistryClient(self._registry_config)
+        return self._registry
+
+    @registry.setter
+    def registry(self, client: SchemaRegistryClient) -> None:
+        self._registry = client
+
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise SinkFailure(self._failure)
@@ -353,11 +371,15 @@ class KafkaSink(AtLeastOnce):
         """The id the registry gives ``schema`` under ``subject``. A refusal (incompatible, unauthorized, invalid)
         stops cdcd; a registry that is away or failing (no connection, a timeout, HTTP 5xx) is waited for, with
         status updates going on (a stop request ends the wait; nothing after it was confirmed)."""
+        from confluent_kafka.schema_registry import Schema  # noqa: PLC0415 - see registry
+        from confluent_kafka.schema_registry.error import SchemaRegistryError  # noqa: PLC0415
+
         logged_at = None
         conflicts = 0
+        registry = self.registry
         while True:
             try:
-                schema_id: int = self.registry.register_schema(subject, Schema(text, "AVRO"))
+                schema_id: int = registry.register_schema(subject, Schema(text, "AVRO"))
                 return schema_id
             except SchemaRegistryError as exc:
                 conflicts += exc.http_status_code == 409
@@ -439,6 +461,9 @@ def check_compatibility(
 ) -> Compatibility:
     """Ask the registry (the Confluent API's compatibility endpoint) whether each (table, subject, schema) would be
     accepted as the subject's next version under its compatibility rule."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient  # noqa: PLC0415
+    from confluent_kafka.schema_registry.error import SchemaRegistryError  # noqa: PLC0415
+
     client = SchemaRegistryClient({**registry.client_config(), "timeout": timeout})
     found = Compatibility()
     for table, subject, schema in candidates:
@@ -477,6 +502,8 @@ def check_kafka(kafka: KafkaSettings, registry: SchemaRegistrySettings, timeout:
             problems.append(broker)
     except KafkaException as exc:
         problems.append(f"cannot reach Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}")
+    from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: PLC0415
+
     try:
         SchemaRegistryClient({**registry.client_config(), "timeout": timeout}).get_subjects()
     except Exception as exc:  # connection errors, HTTP errors and bad URLs all land here

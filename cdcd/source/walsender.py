@@ -168,6 +168,35 @@ def connect(
         raise SourceDisconnected(f"cannot connect to PostgreSQL: {redact(first_line(exc))}") from None
 
 
+class _Connecting:
+    """``connect(...)`` in a thread of its own: the connection (or what it raised) when ``result`` is asked."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._made: psycopg.Connection[Any] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._connect, args=args, kwargs=kwargs, name="connect", daemon=True)
+        self._thread.start()
+
+    def _connect(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            self._made = connect(*args, **kwargs)
+        except BaseException as exc:  # handed to the thread that asks for the result
+            self._error = exc
+
+    def result(self) -> psycopg.Connection[Any]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._made is not None
+        return self._made
+
+    def discard(self) -> None:
+        """Not wanted after all: closed once made (a failure to make it is of no interest then)."""
+        self._thread.join()
+        if self._made is not None:
+            self._made.close()
+
+
 def _shut_down(fd: int) -> None:
     try:
         with socket.socket(fileno=os.dup(fd)) as sock:
@@ -213,11 +242,16 @@ class Walsender:
         ``replace_lost``: drop and recreate a slot PostgreSQL invalidated (its WAL is gone). ``must_exist``: the
         reason the slot should exist (a missing one is then an error, not created)."""
         password = self.settings.read_password()
-        self._admin = admin = connect(self._dsn, password, self._timeouts)
-        server_version = admin.info.server_version
-        encoding = wire_encoding(admin.info.parameter_status("server_encoding") or "UTF8")
-        plan = self._prepare_publications(admin)
-        self._repl = connect(self._dsn, password, Timeouts.of(self.settings), replication="database")
+        replication = _Connecting(self._dsn, password, Timeouts.of(self.settings), replication="database")
+        try:  # the replication connection is made while the catalog connection checks the publications
+            self._admin = admin = connect(self._dsn, password, self._timeouts)
+            server_version = admin.info.server_version
+            encoding = wire_encoding(admin.info.parameter_status("server_encoding") or "UTF8")
+            plan = self._prepare_publications(admin)
+        except BaseException:
+            replication.discard()
+            raise
+        self._repl = replication.result()
         system = self._command("IDENTIFY_SYSTEM")
         created = self._ensure_slot(admin, server_version, export_snapshot, replace_lost, must_exist)
         proto = self.settings.protocol_version
