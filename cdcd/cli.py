@@ -102,7 +102,7 @@ def _check(settings: Settings) -> int:
     if state_problem is not None:
         problems.append(state_problem)
     if settings.sink.kind == "kafka":
-        from cdcd.sink.kafka import check_kafka  # noqa: PLC0415 - loaded only when used: a 0.2 s import
+        from cdcd.sink.checks import check_kafka  # noqa: PLC0415 - loaded only when used: a 0.2 s import
 
         problems += check_kafka(settings.kafka, settings.schema_registry)
         if not problems:  # both ends answer: would the registry take the tables' schemas as they are now?
@@ -121,7 +121,7 @@ def _check(settings: Settings) -> int:
 def _schema_compatibility(settings: Settings) -> list[str]:
     """Ask the registry whether each captured table's current schemas fit its subjects (each refusal named by
     table and column); subjects that do not exist yet are reported as new."""
-    from cdcd.sink.kafka import check_compatibility  # noqa: PLC0415 - loaded only when used
+    from cdcd.sink.checks import check_compatibility  # noqa: PLC0415 - loaded only when used
 
     try:
         candidates = _current_schemas(settings)

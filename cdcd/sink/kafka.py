@@ -13,7 +13,6 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -32,15 +31,12 @@ from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage
 from cdcd.shaping import Emit, EmitMany, EventShaper, Headers
 from cdcd.sink import AtLeastOnce, SessionContext, SinkFailure
+from cdcd.sink.clients import FATAL_CLIENT_ERRORS, log_wait
 
 log = structlog.get_logger("cdcd.sink.kafka")
 
 Acked = Callable[[KafkaError | None, Message], None]
 
-
-# librdkafka errors that mean the configuration is wrong (credentials, certificates), not that Kafka is away.
-_FATAL_CLIENT_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
-WAITING_LOG_S = 30.0  # how often a wait for Kafka or the schema registry is logged
 ACK_POLL_S = 0.01  # how often acknowledgements are served while the loop has nothing to read
 # produce() is called with positional arguments only: (topic, value, key, partition, on_delivery, _, timestamp,
 # headers). Keyword arguments cost confluent-kafka ~0.3 µs per call (benchmarks/produce.py), a fifth of the call.
@@ -52,16 +48,6 @@ _REGISTRY_RETRY_PAUSE_S = 1.0
 # the same request then answers with the winner's id. A compatibility refusal answers the same every time.
 _CONFLICT_ATTEMPTS = 4
 _CONFLICT_PAUSE_S = 0.25
-
-
-def log_wait(service: str, what: str, error: str, logged_at: float | None) -> float:
-    """Log a wait for ``service`` (Kafka, the schema registry) at most every ``WAITING_LOG_S``; the time it was
-    last logged."""
-    now = time.monotonic()
-    if logged_at is not None and now - logged_at < WAITING_LOG_S:
-        return logged_at
-    log.warning(f"waiting for {service}", to=what, error=error)
-    return now
 
 
 class KafkaSink(AtLeastOnce):
@@ -219,7 +205,7 @@ class KafkaSink(AtLeastOnce):
     def _client_error(self, error: KafkaError) -> None:
         """A failed authentication or TLS handshake is a configuration problem that retrying will not fix: stop
         (nothing unacknowledged is confirmed). Other client errors (broker away...) are retried by librdkafka."""
-        if self._failure is None and (error.code() in _FATAL_CLIENT_ERRORS or error.fatal()):
+        if self._failure is None and (error.code() in FATAL_CLIENT_ERRORS or error.fatal()):
             self._failure = f"Kafka client error: {error.str()}"
 
     def _failed(self, topic: str, error: KafkaError) -> None:
@@ -417,90 +403,3 @@ class KafkaSink(AtLeastOnce):
                 self.keep_alive()
                 if time.monotonic() > deadline:
                     raise SinkFailure(f"cannot create topic {topic}: Kafka did not answer within 60 s") from None
-
-
-@dataclass
-class Compatibility:
-    """What the registry says of the schemas the tables have now (``check_compatibility``)."""
-
-    refused: list[str] = field(default_factory=list)  # a table's schema its subject's rule would refuse
-    new: list[str] = field(default_factory=list)  # subjects not registered yet (their first version is fine)
-    problems: list[str] = field(default_factory=list)  # questions the registry did not answer
-
-
-def check_compatibility(
-    registry: SchemaRegistrySettings, candidates: Iterable[tuple[str, str, dict[str, Any]]], timeout: float = 10
-) -> Compatibility:
-    """Ask the registry (the Confluent API's compatibility endpoint) whether each (table, subject, schema) would be
-    accepted as the subject's next version under its compatibility rule."""
-    client = SchemaRegistryClient({**registry.client_config(), "timeout": timeout})
-    found = Compatibility()
-    for table, subject, schema in candidates:
-        try:
-            if not client.test_compatibility(subject, Schema(json.dumps(schema, sort_keys=True), "AVRO")):
-                found.refused.append(_refusal(client, table, subject, schema))
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:  # no such subject (40401) or no version in it (40402)
-                found.new.append(subject)
-            else:
-                found.problems.append(f"cannot ask the schema registry about {subject}: {exc}")
-        except Exception as exc:  # connection errors, timeouts
-            found.problems.append(f"cannot ask the schema registry about {subject}: {exc or type(exc).__name__}")
-    return found
-
-
-def _refusal(client: SchemaRegistryClient, table: str, subject: str, schema: dict[str, Any]) -> str:
-    """Table ``table``'s schema is refused under ``subject``: what changed, by column."""
-    try:
-        latest = json.loads(client.get_latest_version(subject).schema.schema_str or "{}")
-        changes = "; ".join(column_changes(latest, schema))
-    except Exception:  # best effort: the refusal is reported anyway
-        changes = ""
-    return (
-        f"table {table}: the schema registry would refuse its current schema under {subject}"
-        f"{f' ({changes})' if changes else ''}: the subject's compatibility rule forbids the change"
-    )
-
-
-def check_kafka(kafka: KafkaSettings, registry: SchemaRegistrySettings, timeout: float = 10) -> list[str]:
-    """Every problem that would stop `cdcd run` on the Kafka side: the broker and the schema registry."""
-    problems = []
-    try:
-        broker = _check_broker(kafka, timeout)
-        if broker:
-            problems.append(broker)
-    except KafkaException as exc:
-        problems.append(f"cannot reach Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}")
-    try:
-        SchemaRegistryClient({**registry.client_config(), "timeout": timeout}).get_subjects()
-    except Exception as exc:  # connection errors, HTTP errors and bad URLs all land here
-        problems.append(f"schema registry at {registry.url} does not answer the Confluent API: {exc}")
-    return problems
-
-
-# What makes the broker check answer before its timeout: wrong credentials or certificates, or no bootstrap
-# server accepting a connection (librdkafka would go on retrying; a check reports what it sees now).
-_CHECK_DEFINITE = _FATAL_CLIENT_ERRORS | {KafkaError._ALL_BROKERS_DOWN}
-
-
-def _check_broker(kafka: KafkaSettings, timeout: float) -> str | None:
-    """The broker's problem, or None: metadata asked for in quarter-second slices until it comes, the client
-    reports a definite error, or ``timeout`` passes."""
-    errors: list[KafkaError] = []  # what the client saw: names the cause (authentication, TLS) better than a timeout
-    config: dict[str, Any] = {**kafka.client_config(), "logger": library_logger("cdcd.librdkafka"),
-                              "error_cb": errors.append}  # fmt: skip
-    admin = AdminClient(config)
-    deadline = time.monotonic() + timeout
-    while True:
-        slice_end = min(deadline, time.monotonic() + 0.25)
-        try:
-            metadata = admin.list_topics(timeout=max(0.05, slice_end - time.monotonic()))
-            return None if metadata.brokers else f"Kafka at {kafka.bootstrap_servers} reports no brokers"
-        except KafkaException as exc:
-            # serves error_cb; an error that comes back at once waits out its slice (not a request per millisecond)
-            admin.poll(max(0.0, slice_end - time.monotonic()))
-            definite = [e for e in errors if e.code() in _CHECK_DEFINITE or e.fatal()]
-            if definite or time.monotonic() >= deadline:
-                seen = definite or errors
-                named = f" ({seen[-1].str()})" if seen else ""
-                return f"cannot reach Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}{named}"

@@ -30,7 +30,8 @@ from cdcd.pgoutput.messages import LogicalMessage
 from cdcd.shaping import Emit, EmitMany, Headers
 from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
 from cdcd.sink import progress_topic as records
-from cdcd.sink.kafka import KafkaSink, log_wait
+from cdcd.sink.clients import log_wait
+from cdcd.sink.kafka import KafkaSink
 
 log = structlog.get_logger("cdcd.sink.kafka")
 

@@ -19,7 +19,8 @@ from cdcd.ledger import Ledger
 from cdcd.lsn import pg_to_unix_us
 from cdcd.sink import SinkFailure
 from cdcd.sink import kafka as sink_kafka
-from cdcd.sink.kafka import KafkaSink, check_kafka
+from cdcd.sink.checks import check_kafka
+from cdcd.sink.kafka import KafkaSink
 
 SCHEMA = {"type": "record", "name": "Value", "fields": [{"name": "id", "type": "int"}]}
 
