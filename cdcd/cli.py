@@ -32,7 +32,7 @@ from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError
 from cdcd.replication.loop import ReplicationLoop
 from cdcd.secrets import redacted_output
-from cdcd.shaping import table_subjects
+from cdcd.shaping import EventShaper, table_subjects
 from cdcd.sink import Sink, SinkFailure
 from cdcd.sink.jsonl import JsonLinesSink
 from cdcd.snapshot.runner import SnapshotError
@@ -197,16 +197,39 @@ def _tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def _sink(settings: Settings, output: str | None) -> tuple[Sink, BinaryIO | None]:
-    """JSON lines to ``output`` (``-``: stdout), or Kafka when ``output`` is None."""
+def _sink(settings: Settings, output: str | None) -> tuple[Sink, EventShaper | None, BinaryIO | None]:
+    """JSON lines to ``output`` (``-``: stdout), or Kafka when ``output`` is None (with the shaper it is given)."""
     if output is None:
-        from cdcd.sink.kafka import KafkaSink  # noqa: PLC0415 - loaded only when used: a 0.2 s import
-        from cdcd.sink.transactional import ExactlyOnceKafkaSink  # noqa: PLC0415
-
-        kind = ExactlyOnceKafkaSink if settings.kafka.delivery == "exactly_once" else KafkaSink
-        return kind(settings.kafka, settings.schema_registry), None
+        return *_kafka_sink(settings), None
     out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
-    return JsonLinesSink(out, settings.sink.fsync), None if out is sys.stdout.buffer else out
+    return JsonLinesSink(out, settings.sink.fsync), None, None if out is sys.stdout.buffer else out
+
+
+def _kafka_sink(settings: Settings) -> tuple[Sink, EventShaper]:
+    """The Kafka sink put together: its transport, the shaper's registry (schema ids, topics), the shaper, and
+    the delivery strategy ``kafka.delivery`` names. The shaper goes to the loop too (the compiled lane)."""
+    # loaded only when used: a 0.2 s import
+    from cdcd.sink.delivery import AtLeastOnceDelivery, Delivery  # noqa: PLC0415
+    from cdcd.sink.kafka import KafkaSink  # noqa: PLC0415
+    from cdcd.sink.registry import KafkaRegistry  # noqa: PLC0415
+    from cdcd.sink.transactional import ExactlyOnceDelivery  # noqa: PLC0415
+    from cdcd.sink.transport import KafkaTransport  # noqa: PLC0415
+
+    kafka = settings.kafka
+    transport = KafkaTransport(kafka)
+    topics = KafkaRegistry(kafka, settings.schema_registry, transport)
+    shaper = EventShaper(
+        kafka.topic_prefix,
+        topics,
+        transaction_topic=kafka.transaction_topic,
+        tombstones_on_delete=kafka.tombstones_on_delete,
+        debezium=kafka.envelope == "debezium",
+    )
+    exactly_once = kafka.delivery == "exactly_once"
+    delivery: Delivery = (
+        ExactlyOnceDelivery(kafka, transport, topics) if exactly_once else AtLeastOnceDelivery(kafka, transport)
+    )
+    return KafkaSink(kafka, shaper, transport, topics, delivery), shaper
 
 
 def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Metrics | None:
@@ -224,11 +247,11 @@ def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Met
 
 
 def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
-    sink, opened = _sink(settings, output)
+    sink, shaper, opened = _sink(settings, output)
     notifier = Notifier.from_environment()  # systemd Type=notify: READY, WATCHDOG, STOPPING
     stopping.catch()  # also when called without cdcd.entry (in-process, tests)
     stopping.on_stop(lambda: notifier.stopping("flushing the sink, then a final status update"))
-    loop = ReplicationLoop(settings, sink, stopping.STOP, notifier)
+    loop = ReplicationLoop(settings, sink, stopping.STOP, notifier, shaper)
     log = structlog.get_logger("cdcd")
     try:
         metrics = _serve_metrics(settings, loop, sink) if serve_metrics else None
