@@ -32,7 +32,7 @@ from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError
 from cdcd.replication.loop import ReplicationLoop
 from cdcd.secrets import redacted_output
-from cdcd.shaping import table_subjects
+from cdcd.shaping import EventShaper, table_subjects
 from cdcd.sink import Sink, SinkFailure
 from cdcd.snapshot.runner import SnapshotError
 from cdcd.snapshot.signals import SignalSource
@@ -103,7 +103,7 @@ def _check(settings: Settings) -> int:
     if state_problem is not None:
         problems.append(state_problem)
     if settings.sink.kind == "kafka":
-        from cdcd.sink.kafka import check_kafka  # noqa: PLC0415 - loaded only when used: a 0.2 s import
+        from cdcd.sink.checks import check_kafka  # noqa: PLC0415 - loaded only when used: a 0.2 s import
 
         problems += check_kafka(settings.kafka, settings.schema_registry)
         if not problems:  # both ends answer: would the registry take the tables' schemas as they are now?
@@ -122,7 +122,7 @@ def _check(settings: Settings) -> int:
 def _schema_compatibility(settings: Settings) -> list[str]:
     """Ask the registry whether each captured table's current schemas fit its subjects (each refusal named by
     table and column); subjects that do not exist yet are reported as new."""
-    from cdcd.sink.kafka import check_compatibility  # noqa: PLC0415 - loaded only when used
+    from cdcd.sink.checks import check_compatibility  # noqa: PLC0415 - loaded only when used
 
     try:
         candidates = _current_schemas(settings)
@@ -198,18 +198,41 @@ def _tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def _sink(settings: Settings, output: str | None) -> tuple[Sink, BinaryIO | None]:
-    """JSON lines to ``output`` (``-``: stdout), or Kafka when ``output`` is None."""
+def _sink(settings: Settings, output: str | None) -> tuple[Sink, EventShaper | None, BinaryIO | None]:
+    """JSON lines to ``output`` (``-``: stdout), or Kafka when ``output`` is None (with the shaper it is given)."""
     if output is None:
-        from cdcd.sink.kafka import KafkaSink  # noqa: PLC0415 - loaded only when used: a 0.2 s import
-        from cdcd.sink.transactional import ExactlyOnceKafkaSink  # noqa: PLC0415
-
-        kind = ExactlyOnceKafkaSink if settings.kafka.delivery == "exactly_once" else KafkaSink
-        return kind(settings.kafka, settings.schema_registry), None
+        return *_kafka_sink(settings), None
     from cdcd.sink.jsonl import JsonLinesSink  # noqa: PLC0415 - loaded only when used
 
     out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
-    return JsonLinesSink(out, settings.sink.fsync), None if out is sys.stdout.buffer else out
+    return JsonLinesSink(out, settings.sink.fsync), None, None if out is sys.stdout.buffer else out
+
+
+def _kafka_sink(settings: Settings) -> tuple[Sink, EventShaper]:
+    """The Kafka sink put together: its transport, the shaper's registry (schema ids, topics), the shaper, and
+    the delivery strategy ``kafka.delivery`` names. The shaper goes to the loop too (the compiled lane)."""
+    # loaded only when used: a 0.2 s import
+    from cdcd.sink.delivery import AtLeastOnceDelivery, Delivery  # noqa: PLC0415
+    from cdcd.sink.kafka import KafkaSink  # noqa: PLC0415
+    from cdcd.sink.registry import KafkaRegistry  # noqa: PLC0415
+    from cdcd.sink.transactional import ExactlyOnceDelivery  # noqa: PLC0415
+    from cdcd.sink.transport import KafkaTransport  # noqa: PLC0415
+
+    kafka = settings.kafka
+    transport = KafkaTransport(kafka)
+    topics = KafkaRegistry(kafka, settings.schema_registry, transport)
+    shaper = EventShaper(
+        kafka.topic_prefix,
+        topics,
+        transaction_topic=kafka.transaction_topic,
+        tombstones_on_delete=kafka.tombstones_on_delete,
+        debezium=kafka.envelope == "debezium",
+    )
+    exactly_once = kafka.delivery == "exactly_once"
+    delivery: Delivery = (
+        ExactlyOnceDelivery(kafka, transport, topics) if exactly_once else AtLeastOnceDelivery(kafka, transport)
+    )
+    return KafkaSink(kafka, shaper, transport, topics, delivery), shaper
 
 
 def _signals(settings: Settings) -> SignalSource | None:
@@ -238,12 +261,12 @@ def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Met
 
 
 def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
-    sink, opened = _sink(settings, output)
+    sink, shaper, opened = _sink(settings, output)
     notifier = Notifier.from_environment()  # systemd Type=notify: READY, WATCHDOG, STOPPING
     stopping.catch()  # also when called without cdcd.entry (in-process, tests)
     stopping.on_stop(lambda: notifier.stopping("flushing the sink, then a final status update"))
     signals = _signals(settings)
-    loop = ReplicationLoop(settings, sink, stopping.STOP, notifier, signals)
+    loop = ReplicationLoop(settings, sink, stopping.STOP, notifier, signals=signals, shaper=shaper)
     log = structlog.get_logger("cdcd")
     try:
         metrics = _serve_metrics(settings, loop, sink) if serve_metrics else None

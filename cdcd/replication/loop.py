@@ -14,7 +14,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -42,6 +42,9 @@ from cdcd.snapshot.signals import SignalSource
 from cdcd.snapshot.state import SnapshotState, StateStore
 from cdcd.source.walsender import SessionInfo, SlotActive, SourceDisconnected, SourceError, Timeouts, Walsender
 
+if TYPE_CHECKING:
+    from cdcd.shaping import EventShaper
+
 log = structlog.get_logger("cdcd.replication")
 
 SNAPSHOT_BACKPRESSURE = 50_000  # messages in flight in the sink above which no snapshot chunk is read
@@ -58,13 +61,16 @@ class ReplicationLoop:
         sink: Sink,
         stop: threading.Event | None = None,
         notifier: Notifier | None = None,
+        *,
         signals: SignalSource | None = None,
+        shaper: EventShaper | None = None,
     ) -> None:
         self.settings = settings
         self.signals = signals  # the Kafka signal topic (signals.kafka.topic)
         self._signals_due = 0.0
         self.notifier = notifier or Notifier(None)
         self.sink = sink
+        self.shaper = shaper  # the sink's shaper (a ShapingSink's), for the compiled lane
         self.stop = stop or threading.Event()
         self.ledger = Ledger()
         self.pool = BufferPool(settings.buffer.memory_limit, settings.buffer.spill_dir)
@@ -488,9 +494,9 @@ class ReplicationLoop:
 
     def _laned(self, core: ReplicationCore) -> Laned | None:
         """The compiled lane (``replication/lane.py``) and what writes what it made, when the sink can take that."""
-        sink = self.sink
-        if isinstance(sink, ShapingSink) and Lane.available(sink.shaper, core.decoder):
-            return Lane(core, sink.shaper, sink.already_written), partial(self._write_shaped, sink)
+        sink, shaper = self.sink, self.shaper
+        if shaper is not None and isinstance(sink, ShapingSink) and Lane.available(shaper, core.decoder):
+            return Lane(core, shaper, sink.already_written), partial(self._write_shaped, sink)
         return None
 
     def _write_shaped(self, sink: ShapingSink, shaped: Shaped) -> None:

@@ -135,11 +135,15 @@ def test_no_module_imports_both_psycopg_and_confluent_kafka() -> None:
     both = [name for name in MODULES if set(EDGES) <= imports(name)]
     assert both == []
     assert "psycopg" in imports("cdcd.source.walsender")  # the check sees real imports
-    assert "confluent_kafka" in imports("cdcd.sink.kafka")
+    assert "confluent_kafka" in imports("cdcd.sink.transport")
 
 
-def test_the_kafka_sink_is_transport_only() -> None:
-    tree = ast.parse(MODULES["cdcd.sink.kafka"].read_text(encoding="utf-8"))
+KAFKA_SINK = ("cdcd.sink.kafka", "cdcd.sink.transport", "cdcd.sink.delivery", "cdcd.sink.transactional")
+
+
+@pytest.mark.parametrize("module", KAFKA_SINK)
+def test_the_kafka_sink_is_transport_only(module: str) -> None:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
     for node in ast.walk(tree):  # the code only: docstrings may say where the rules went
         body = getattr(node, "body", None)
         if (
@@ -152,4 +156,40 @@ def test_the_kafka_sink_is_transport_only() -> None:
     source = ast.unparse(tree)
     rules = ("__debezium", "BEGIN", "'d'", "'c'", "'t'", "'r'", "key_changed", "encode_value", "TxInfo", "OP_CODES")
     for rule in rules:
-        assert rule not in source, f"cdcd/sink/kafka.py mentions {rule}: Debezium rules belong in cdcd/shaping.py"
+        assert rule not in source, f"{module} mentions {rule}: Debezium rules belong in cdcd/shaping.py"
+
+
+def _classes(module: str) -> list[ast.ClassDef]:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    return [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+
+
+def test_exactly_once_is_a_strategy_the_kafka_sink_holds_not_a_subclass() -> None:
+    """Delivery strategies stand on their own (``sink/delivery.py``'s interface); nothing in the sink package
+    extends the Kafka sink or asks an object what it happens to have (``hasattr``)."""
+    sink_modules = [m for m in MODULES if m.startswith("cdcd.sink.")]
+    for module in sink_modules:
+        bases = {ast.unparse(base) for cls in _classes(module) for base in cls.bases}
+        assert not bases & {"KafkaSink", "KafkaTransport"}, f"{module} subclasses {bases}"
+        assert "hasattr(" not in MODULES[module].read_text(encoding="utf-8"), module
+    names = {cls.name for cls in _classes("cdcd.sink.transactional")}
+    assert "ExactlyOnceDelivery" in names
+    assert "cdcd.sink.kafka" not in imports("cdcd.sink.transactional")
+
+
+def test_the_transport_knows_neither_the_registry_nor_how_delivery_is_counted() -> None:
+    """Producing and acknowledging (``sink/transport.py``) is apart from schema ids and topics
+    (``sink/registry.py``) and from the delivery strategies; the registry waits through an interface."""
+    transport = imports("cdcd.sink.transport")
+    assert not transport & {"cdcd.sink.registry", "cdcd.sink.delivery", "cdcd.sink.transactional", "cdcd.sink.kafka"}
+    assert "cdcd.sink.transport" not in imports("cdcd.sink.registry")
+    assert "confluent_kafka" in transport  # the check sees real imports
+
+
+def test_the_kafka_checks_are_with_the_checks_not_in_the_sink() -> None:
+    checks = {node.name for node in ast.walk(ast.parse(MODULES["cdcd.sink.checks"].read_text(encoding="utf-8")))
+              if isinstance(node, ast.FunctionDef)}  # fmt: skip
+    assert {"check_kafka", "check_compatibility"} <= checks
+    for module in KAFKA_SINK:
+        assert "cdcd.sink.checks" not in imports(module)
+        assert "def check_" not in MODULES[module].read_text(encoding="utf-8"), module

@@ -42,7 +42,9 @@ def test_the_cli_imports_no_module_it_needs_only_later() -> None:
 
 
 def test_the_kafka_sinks_load_no_registry_client() -> None:
-    imported = _imported_by_cli("import cdcd.sink.kafka, cdcd.sink.transactional")
+    imported = _imported_by_cli(
+        "import cdcd.sink.kafka, cdcd.sink.transactional, cdcd.sink.registry, cdcd.sink.transport"
+    )
     assert "confluent_kafka" in imported
     assert sorted(imported & set(REGISTRY)) == []
 
