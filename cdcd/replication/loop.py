@@ -26,13 +26,13 @@ from cdcd.heartbeat import HeartbeatClock
 from cdcd.ledger import Ledger, Positions
 from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.metrics import State
-from cdcd.native import IMPL
 from cdcd.notify import Notifier
 from cdcd.pgoutput import Decoder
 from cdcd.plan import Plans
 from cdcd.replication.core import Event, Publish, ReplicationCore, Silence, SnapshotRequest, Stats, Watermark, Write
-from cdcd.replication.lane import Lane, Laned, carry_out
+from cdcd.replication.lane import Lane, carry_out
 from cdcd.replication.start import check_timeline, committed_snapshot, resumable, slot_request
+from cdcd.rowstage import IMPL, STAGE
 from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.reader import SnapshotReader
@@ -207,6 +207,7 @@ class ReplicationLoop:
         decoder = Decoder(
             info.encoding,
             parallel_streaming=info.parallel_streaming,
+            stage=STAGE,
             describe=walsender.describe,
             labels=walsender.labels,
         )
@@ -221,7 +222,13 @@ class ReplicationLoop:
             stats=self.stats,
             recent_xids=self._recent_xids,
         )
-        reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source))
+        reader = SnapshotReader(
+            source.dsn.get_secret_value(),
+            source.read_password(),
+            source.slot,
+            Timeouts.of(source),
+            STAGE.copy_row_reader(),
+        )
         try:
             self._captured = reader.captured_tables([p.name for p in source.publications])
             created = info.consistent_point if info.slot_created else None
@@ -358,9 +365,9 @@ class ReplicationLoop:
     def _stream(self, walsender: Walsender, core: ReplicationCore) -> None:
         core.next_status = time.monotonic() + core.status_interval_s
         act, sink = self._act, self.sink
-        laned = self._laned(core)
-        if laned is not None:  # a sink that takes what the lane makes takes changes encoded as they arrive too
-            core.assembler.early = laned[0].shaper.early
+        lane = self._lane(core)
+        if lane is not None:  # a sink that takes what the lane makes takes changes encoded as they arrive too
+            core.assembler.early = lane.shaper.early
         heartbeats = self._heartbeats()
         while not self.stop.is_set():
             now = time.monotonic()
@@ -370,7 +377,7 @@ class ReplicationLoop:
                 core.heard(time.monotonic())
             else:
                 self._if_silent(walsender, core)
-            reply = carry_out(frames, core, act, laned)
+            reply = carry_out(frames, core, act, lane)
             sink.poll()
             self._heartbeat_if_due(walsender, heartbeats)
             snapshotter = self.snapshotter
@@ -411,20 +418,21 @@ class ReplicationLoop:
                 f"no message from the server for {core.quiet_for(now):.0f} s (source.receive_timeout_s: {timeout:g})"
             )
 
-    def _laned(self, core: ReplicationCore) -> Laned | None:
-        """The compiled lane (``replication/lane.py``) and what writes what it made, when the sink can take that."""
+    def _lane(self, core: ReplicationCore) -> Lane | None:
+        """The compiled lane (``replication/lane.py``), when the sink can take what it makes (``Shaped``)."""
         sink = self.sink
         if isinstance(sink, ShapingSink) and Lane.available(sink.shaper, core.decoder):
-            return Lane(core, sink.shaper, sink.already_written), partial(self._write_shaped, sink)
+            return Lane(core, sink.shaper, sink.already_written)
         return None
-
-    def _write_shaped(self, sink: ShapingSink, shaped: Shaped) -> None:
-        sink.write_shaped(shaped, self.ledger)
 
     def _act(self, event: Event) -> bool:
         """Carry out one of the core's events; True when the server asked for a status update."""
         if isinstance(event, Write):
             self.sink.write_transaction(event.transaction, event.changes, self.ledger)
+        elif isinstance(event, Shaped):
+            sink = self.sink
+            assert isinstance(sink, ShapingSink)  # the lane runs only for such a sink (_lane)
+            sink.write_shaped(event, self.ledger)
         elif isinstance(event, Publish):
             self.sink.write_message(event.message, self.ledger)
         elif isinstance(event, Watermark):
