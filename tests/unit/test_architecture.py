@@ -31,6 +31,7 @@ PURE = (
     "cdcd.snapshot.copy",
     "cdcd.snapshot.xids",
     "cdcd.source.protocol",
+    "cdcd.rowstage",
 )
 
 
