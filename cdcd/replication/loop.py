@@ -63,6 +63,7 @@ class ReplicationLoop:
         self.filter_stats = FilterStats()
         self._next_slot_check = 0.0
         self.core: ReplicationCore | None = None
+        self._shaping: ShapingSink | None = None  # the sink as one that takes the lane's Shaped events (_lane)
         self.snapshotter: Snapshotter | None = None
         self.snapshot_rows: Counter[str] = Counter()  # rows snapshotted, by table
         self.meters = SnapshotMeters(settings.snapshot.progress_interval_s)  # kept across reconnects
@@ -422,6 +423,7 @@ class ReplicationLoop:
         """The compiled lane (``replication/lane.py``), when the sink can take what it makes (``Shaped``)."""
         sink = self.sink
         if isinstance(sink, ShapingSink) and Lane.available(sink.shaper, core.decoder):
+            self._shaping = sink  # checked once: isinstance of a Protocol is slow (per Shaped event in _act)
             return Lane(core, sink.shaper, sink.already_written)
         return None
 
@@ -430,9 +432,9 @@ class ReplicationLoop:
         if isinstance(event, Write):
             self.sink.write_transaction(event.transaction, event.changes, self.ledger)
         elif isinstance(event, Shaped):
-            sink = self.sink
-            assert isinstance(sink, ShapingSink)  # the lane runs only for such a sink (_lane)
-            sink.write_shaped(event, self.ledger)
+            shaping = self._shaping
+            assert shaping is not None  # the lane runs only for such a sink (_lane)
+            shaping.write_shaped(event, self.ledger)
         elif isinstance(event, Publish):
             self.sink.write_message(event.message, self.ledger)
         elif isinstance(event, Watermark):
