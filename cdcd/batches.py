@@ -39,7 +39,7 @@ class EncodedRun:
 
     def changes(self) -> list[RowChange]:
         """The changes decoded again, as the decoder made them on arrival (for a stage that needs values)."""
-        decoder = Decoder(self.encoding)
+        decoder = Decoder(self.encoding, stage=self.encoder.stage)
         decoder.relations[self.relation.relation_id] = self.relation
         out: list[RowChange] = []
         for payload, wal_lsn, in_stream in self.rows.messages():

@@ -389,6 +389,7 @@ class EnvelopeEncoder:
         self.rows: Callable[..., tuple[int, Sequence[int]]] | None = None
         self.snapshot_rows: Callable[..., int] | None = None  # ``Envelope.snapshot_rows``: the same for snapshots
         self.envelope: Envelope | None = None  # the compiled Envelope (also for the lane: cdcd.replication.lane)
+        self.stage = stage  # also reads its runs' changes again (cdcd.batches.EncodedRun.changes)
         self._compiled = None if stage is None else stage.rows
         if schemas.debezium:  # Debezium's layout: the envelope written here
             if self._compiled is not None and not self._defaults:  # compiled rows: every column nullable
