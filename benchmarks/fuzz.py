@@ -31,9 +31,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
-from cdcd.native import native as _native
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Relation, RowChange
+from cdcd.rowstage import STAGE
 from tests.unit.test_decoder_properties import CAPTURED, State
 
 SOURCE = SourceInfo("0.1.0", "fuzz", 1_700_000_000_000_000, tx_id=7, commit_lsn=99, last_commit_lsn=42)
@@ -67,7 +67,7 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
 
 
 def decoder(state: State, native: bool) -> Decoder:
-    d = Decoder(parallel_streaming=state.parallel, native=native)
+    d = Decoder(parallel_streaming=state.parallel, stage=STAGE if native else None)
     d.in_stream = state.in_stream
     d.relations = dict(state.relations)
     return d
@@ -92,7 +92,7 @@ class Encoders:
         pair = self._made.get(relation)
         if pair is None:
             schemas = build_schemas(relation, "fuzz", {})
-            pair = self._made[relation] = (EnvelopeEncoder(schemas), EnvelopeEncoder(schemas, native=False))
+            pair = self._made[relation] = (EnvelopeEncoder(schemas, stage=STAGE), EnvelopeEncoder(schemas))
         return pair
 
 
@@ -125,14 +125,16 @@ def check_frames(
     relation = dict(state.relations).get(int.from_bytes(original[at : at + 4]))
     if relation is None or data[:1] not in (b"I", b"U", b"D"):
         return None, 0
-    assert _native is not None
+    rows = STAGE.rows
+    assert rows is not None
     envelope = encoders.get(relation)[0].envelope
+    assert envelope is not None
     positions = tuple(i for i, c in enumerate(relation.columns) if c.is_key)
-    expected = _native.Encoded()
+    expected = rows.encoded()
     change = decoded[1]
     if isinstance(change, RowChange) and change.relation.relation_id == relation.relation_id and change.xid == xid:
         envelope.prepare(change, data, positions, expected)
-    got = _native.Encoded()
+    got = rows.encoded()
     stop, taken, _ = envelope.prepare_frames([frame(data)], 0, relation.relation_id, len(relation.columns), xid,
                                              positions, 4096, 1 << 30, got)  # fmt: skip
     if (taken, stop, got.data()) != (len(expected), taken, expected.data()):
@@ -155,7 +157,7 @@ def run(inputs: int, seed: int) -> int:
         if fast != slow or fast[0] not in ("ok", "DecodeError"):
             print(f"input {i}: {data!r} in {state}\n  native: {fast}\n  python: {slow}")
             return 1
-        if _native is not None and original[:1] in (b"I", b"U", b"D"):
+        if STAGE.rows is not None and original[:1] in (b"I", b"U", b"D"):
             counts["framed"] += 1
             problem, taken = check_frames(encoders, original, state, data, slow)
             counts["taken"] += taken

@@ -27,10 +27,10 @@ from cdcd.filters import FilterFailure
 from cdcd.logging import configure
 from cdcd.lsn import format_lsn
 from cdcd.metrics import Metrics
-from cdcd.native import IMPL
 from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError
 from cdcd.replication.loop import ReplicationLoop
+from cdcd.rowstage import IMPL, STAGE
 from cdcd.secrets import redacted_output
 from cdcd.shaping import EventShaper, table_subjects
 from cdcd.sink import Sink, SinkFailure
@@ -139,7 +139,9 @@ def _current_schemas(settings: Settings) -> list[tuple[str, str, dict[str, Any]]
     from cdcd.snapshot.reader import SnapshotReader  # noqa: PLC0415 - loaded only when used
 
     source, kafka = settings.source, settings.kafka
-    reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source))
+    reader = SnapshotReader(
+        source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source), STAGE.copy_row_reader()
+    )
     try:
         candidates = []
         for name in reader.captured_tables([p.name for p in source.publications]):

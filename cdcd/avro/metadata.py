@@ -14,7 +14,6 @@ from typing import Any, Final
 
 from cdcd.avro.encoder import SourceInfo, TxInfo, block_datum, source_datum, write_long, write_string
 from cdcd.avro.schema import block_schema, source_schema
-from cdcd.native import native as _native
 from cdcd.pgoutput.messages import LogicalMessage
 
 _PG: Final = "io.debezium.connector.postgresql"
@@ -228,7 +227,7 @@ def encode_transaction_fields(
     status: str, txn_id: str, ts_ms: int, event_count: int | None, data_collections: tuple[tuple[str, int], ...] | None
 ) -> tuple[bytes, bytes]:
     """``encode_transaction`` of the event's fields (no event object on the per-transaction path). The Python
-    reference of cdcd._native's ``transaction_event``; ``transaction_fields_encoder`` picks one."""
+    reference of cdcd._native's ``transaction_event`` (the row stage's ``transaction_fields_encoder``)."""
     key = write_string(txn_id)
     count = b"\x00" if event_count is None else b"\x02" + write_long(event_count)
     if data_collections is None:
@@ -245,14 +244,6 @@ def encode_transaction_fields(
 TransactionFieldsEncoder = Callable[
     [str, str, int, int | None, tuple[tuple[str, int], ...] | None], tuple[bytes, bytes]
 ]
-
-
-def transaction_fields_encoder(native: bool = True) -> TransactionFieldsEncoder:
-    """cdcd._native's ``transaction_event`` when loaded and wanted, else ``encode_transaction_fields``."""
-    if native and _native is not None:
-        fast: TransactionFieldsEncoder = _native.transaction_event
-        return fast
-    return encode_transaction_fields
 
 
 def encode_transaction_reference(event: TransactionEvent) -> tuple[bytes, bytes]:

@@ -26,13 +26,13 @@ from cdcd.heartbeat import HeartbeatClock
 from cdcd.ledger import Ledger, Positions
 from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.metrics import State
-from cdcd.native import IMPL
 from cdcd.notify import Notifier
 from cdcd.pgoutput import Decoder
 from cdcd.plan import Plans
 from cdcd.replication.core import Event, Publish, ReplicationCore, Silence, SnapshotRequest, Stats, Watermark, Write
-from cdcd.replication.lane import Lane, Laned, carry_out
+from cdcd.replication.lane import Lane, carry_out
 from cdcd.replication.start import check_timeline, committed_snapshot, resumable, slot_request
+from cdcd.rowstage import IMPL, STAGE
 from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.notifications import Notices
@@ -79,6 +79,7 @@ class ReplicationLoop:
         self._next_slot_check = 0.0
         self._next_table_check = 0.0
         self.core: ReplicationCore | None = None
+        self._shaping: ShapingSink | None = None  # the sink as one that takes the lane's Shaped events (_lane)
         self.snapshotter: Snapshotter | None = None
         self.snapshot_rows: Counter[str] = Counter()  # rows snapshotted, by table
         self.meters = SnapshotMeters(settings.snapshot.progress_interval_s)  # kept across reconnects
@@ -224,6 +225,7 @@ class ReplicationLoop:
         decoder = Decoder(
             info.encoding,
             parallel_streaming=info.parallel_streaming,
+            stage=STAGE,
             describe=walsender.describe,
             labels=walsender.labels,
         )
@@ -238,7 +240,13 @@ class ReplicationLoop:
             stats=self.stats,
             recent_xids=self._recent_xids,
         )
-        reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source))
+        reader = SnapshotReader(
+            source.dsn.get_secret_value(),
+            source.read_password(),
+            source.slot,
+            Timeouts.of(source),
+            STAGE.copy_row_reader(),
+        )
         try:
             self._captured = reader.captured_tables([p.name for p in source.publications])
             created = info.consistent_point if info.slot_created else None
@@ -419,9 +427,9 @@ class ReplicationLoop:
     def _stream(self, walsender: Walsender, core: ReplicationCore) -> None:
         core.next_status = time.monotonic() + core.status_interval_s
         act, sink = self._act, self.sink
-        laned = self._laned(core)
-        if laned is not None:  # a sink that takes what the lane makes takes changes encoded as they arrive too
-            core.assembler.early = laned[0].shaper.early
+        lane = self._lane(core)
+        if lane is not None:  # a sink that takes what the lane makes takes changes encoded as they arrive too
+            core.assembler.early = lane.shaper.early
         heartbeats = self._heartbeats()
         self._next_table_check = time.monotonic() + self.settings.source.table_check_interval_s
         while not self.stop.is_set():
@@ -432,7 +440,7 @@ class ReplicationLoop:
                 core.heard(time.monotonic())
             else:
                 self._if_silent(walsender, core)
-            reply = carry_out(frames, core, act, laned)
+            reply = carry_out(frames, core, act, lane)
             sink.poll()
             self._heartbeat_if_due(walsender, heartbeats)
             self._new_tables_if_due(walsender)
@@ -492,20 +500,22 @@ class ReplicationLoop:
                 f"no message from the server for {core.quiet_for(now):.0f} s (source.receive_timeout_s: {timeout:g})"
             )
 
-    def _laned(self, core: ReplicationCore) -> Laned | None:
-        """The compiled lane (``replication/lane.py``) and what writes what it made, when the sink can take that."""
+    def _lane(self, core: ReplicationCore) -> Lane | None:
+        """The compiled lane (``replication/lane.py``), when the sink can take what it makes (``Shaped``)."""
         sink, shaper = self.sink, self.shaper
         if shaper is not None and isinstance(sink, ShapingSink) and Lane.available(shaper, core.decoder):
-            return Lane(core, shaper, sink.already_written), partial(self._write_shaped, sink)
+            self._shaping = sink  # checked once: isinstance of a Protocol is slow (per Shaped event in _act)
+            return Lane(core, shaper, sink.already_written)
         return None
-
-    def _write_shaped(self, sink: ShapingSink, shaped: Shaped) -> None:
-        sink.write_shaped(shaped, self.ledger)
 
     def _act(self, event: Event) -> bool:
         """Carry out one of the core's events; True when the server asked for a status update."""
         if isinstance(event, Write):
             self.sink.write_transaction(event.transaction, event.changes, self.ledger)
+        elif isinstance(event, Shaped):
+            shaping = self._shaping
+            assert shaping is not None  # the lane runs only for such a sink (_lane)
+            shaping.write_shaped(event, self.ledger)
         elif isinstance(event, Publish):
             self.sink.write_message(event.message, self.ledger)
         elif isinstance(event, Watermark):

@@ -33,6 +33,7 @@ PURE = (
     "cdcd.snapshot.copy",
     "cdcd.snapshot.xids",
     "cdcd.source.protocol",
+    "cdcd.rowstage",
 )
 
 
@@ -44,9 +45,25 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
 
 
-def _imported(path: Path, name: str) -> Iterator[str]:
+def _type_only(tree: ast.Module) -> set[ast.AST]:
+    """The statements under ``if TYPE_CHECKING:``: imports for annotations, which never run."""
+    return {
+        node
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+        for statement in block.body
+        for node in ast.walk(statement)
+    }
+
+
+def _imported(path: Path, name: str, typing: bool = False) -> Iterator[str]:
+    """The modules ``name`` imports; type-only ones (``TYPE_CHECKING``) too only with ``typing``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = set() if typing else _type_only(tree)
+    for node in ast.walk(tree):
+        if node in skip:
+            continue
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -60,8 +77,8 @@ def _imported(path: Path, name: str) -> Iterator[str]:
 
 @cache
 def imports(name: str) -> frozenset[str]:
-    """What ``name`` imports (anywhere in it, also inside functions): cdcd modules, and the top-level name of
-    others. Importing ``a.b.c`` also runs ``a`` and ``a.b``."""
+    """What ``name`` imports when it runs (anywhere in it, also inside functions; not the type-only imports):
+    cdcd modules, and the top-level name of others. Importing ``a.b.c`` also runs ``a`` and ``a.b``."""
     out: set[str] = set()
     for target in _imported(MODULES[name], name):
         if target.startswith("cdcd"):
@@ -193,3 +210,40 @@ def test_the_kafka_checks_are_with_the_checks_not_in_the_sink() -> None:
     for module in KAFKA_SINK:
         assert "cdcd.sink.checks" not in imports(module)
         assert "def check_" not in MODULES[module].read_text(encoding="utf-8"), module
+
+
+# The row stage (cdcd/rowstage/) chooses between the compiled module and the Python specification; the stages
+# it is built on take what it hands them and never ask which one runs.
+SPECIFICATION = ("cdcd.pgoutput", "cdcd.assembly", "cdcd.batches", "cdcd.avro", "cdcd.snapshot.copy")
+
+
+def _every_name(path: Path) -> set[str]:
+    """Every module or name ``path`` imports, type-only imports too (``from a import b``: ``a`` and ``a.b``)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def test_only_the_row_stage_imports_the_compiled_module() -> None:
+    compiled = {"cdcd._native", "cdcd.native"}
+    outside = {
+        name: sorted(targets)
+        for name, path in MODULES.items()
+        if stage(name) != "cdcd.rowstage" and (targets := _every_name(path) & compiled)
+    }
+    assert outside == {}
+    assert "cdcd._native" in _every_name(MODULES["cdcd.rowstage.compiled"])  # the check sees real imports
+    assert "cdcd.native" not in MODULES  # the choice is cdcd.rowstage's
+
+
+@pytest.mark.parametrize("spec", SPECIFICATION)
+def test_the_specification_does_not_run_the_row_stage(spec: str) -> None:
+    modules = [m for m in MODULES if m == spec or m.startswith(spec + ".")]
+    assert modules
+    for module in modules:
+        assert not {t for t in reachable(module) if stage(t) == "cdcd.rowstage"}, module

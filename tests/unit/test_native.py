@@ -18,17 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import cdcd.native
+import cdcd.rowstage
 from cdcd.avro import EnvelopeEncoder, build_schemas
 from cdcd.avro.encoder import native_kind
-from cdcd.avro.metadata import transaction_fields_encoder
 from cdcd.avro.types import type_mapping
 from cdcd.batches import SnapshotBatch, Transaction
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Change, Column, LogicalMessage, Relation, Row, RowChange, Truncate, Type, Value
 from cdcd.plan import Plans
+from cdcd.rowstage import PYTHON, STAGE
 from cdcd.shaping import EventShaper
-from cdcd.snapshot.copy import row_reader
 from tests.unit.test_avro_encoder import ALL_TYPES, ENUM_OID, SCALARS, SOURCES, TXS, Case, ColType, cases, draw_row
 from tests.unit.test_decoder_properties import CAPTURED, State, mutate
 
@@ -39,18 +38,20 @@ TYPES = {ENUM_OID: Type(ENUM_OID, "public", "mood")}
 @pytest.fixture(autouse=True)
 def _compiled_module_loaded() -> None:
     """Every test here compares cdcd._native with the Python reference: under CDCD_IMPL=python both would be Python."""
-    assert cdcd.native.native is not None, "parity tests need the compiled row stage (unset CDCD_IMPL)"
+    assert STAGE.name == "native", "parity tests need the compiled row stage (unset CDCD_IMPL)"
 
 
 def test_native_module_is_built_and_chosen_by_cdcd_impl() -> None:
     """`make venv` builds it; CDCD_IMPL picks it (native, or unset) or the Python reference alone (python)."""
-    from cdcd import _native  # type: ignore[attr-defined]  # noqa: PLC0415 - built by maturin
+    from cdcd import _native  # noqa: PLC0415 - built by maturin
 
-    assert cdcd.native._load("") is cdcd.native._load("native") is _native
-    assert cdcd.native._load("python") is None
-    with pytest.raises(cdcd.native.ImplementationError, match="CDCD_IMPL='rust' is not an implementation"):
-        cdcd.native._load("rust")
-    assert ("python" if cdcd.native.native is None else "native") == cdcd.native.IMPL
+    assert cdcd.rowstage.load("").name == cdcd.rowstage.load("native").name == "native"
+    assert cdcd.rowstage.load("native").change_reader("UTF8") is _native.read_change
+    assert cdcd.rowstage.load("python") is PYTHON
+    assert (PYTHON.rows, PYTHON.lane, PYTHON.change_reader("UTF8")) == (None, None, None)
+    with pytest.raises(cdcd.rowstage.ImplementationError, match="CDCD_IMPL='rust' is not an implementation"):
+        cdcd.rowstage.load("rust")
+    assert STAGE.name == cdcd.rowstage.IMPL
 
 
 def test_every_scalar_but_interval_has_a_compiled_conversion() -> None:
@@ -104,7 +105,7 @@ def outcome(writer: Any, row: Row, nullable: bool) -> tuple[str, Any]:
 
 def writers(case: Case) -> tuple[EnvelopeEncoder, EnvelopeEncoder]:
     schemas = build_schemas(case.relation, "srv", TYPES)
-    return EnvelopeEncoder(schemas, native=True), EnvelopeEncoder(schemas, native=False)
+    return EnvelopeEncoder(schemas, stage=STAGE), EnvelopeEncoder(schemas)
 
 
 @SETTINGS
@@ -175,7 +176,7 @@ def test_row_of_the_wrong_length_or_a_null_key_is_refused_by_both() -> None:
 
 
 def decoded(state: State, data: bytes, native: bool) -> tuple[str, Any]:
-    decoder = Decoder(parallel_streaming=state.parallel, native=native)
+    decoder = Decoder(parallel_streaming=state.parallel, stage=STAGE if native else None)
     decoder.in_stream = state.in_stream
     decoder.relations = dict(state.relations)
     try:
@@ -288,7 +289,11 @@ class _Buffer:
 def shaped(items: list[Change], native: bool, tombstones: bool, many: bool = False) -> tuple[str, Any]:
     """What the shaper emits; ``many``: the compiled shaper's records through ``emit_many``, a list at a time."""
     shaper = EventShaper(
-        "cdcd", _Registry(), tombstones_on_delete=tombstones, clock_us=lambda: 1_700_000_000_000_000, native=native
+        "cdcd",
+        _Registry(),
+        tombstones_on_delete=tombstones,
+        clock_us=lambda: 1_700_000_000_000_000,
+        stage=STAGE if native else PYTHON,
     )
     shaper.start_session("db", {}, Plans())
     records: list[Any] = []
@@ -331,7 +336,7 @@ def test_compiled_shaper_emits_what_the_python_shaper_emits(items: list[Any], to
 def test_transaction_events_equal_the_python_reference(
     status: str, txn_id: str, ts_ms: int, count: int | None, collections: tuple[tuple[str, int], ...] | None
 ) -> None:
-    compiled, reference = transaction_fields_encoder(native=True), transaction_fields_encoder(native=False)
+    compiled, reference = STAGE.transaction_fields_encoder(), PYTHON.transaction_fields_encoder()
     assert compiled is not reference
     assert compiled(status, txn_id, ts_ms, count, collections) == reference(status, txn_id, ts_ms, count, collections)
 
@@ -349,8 +354,8 @@ FIELD_BYTES = st.sampled_from(
 def test_copy_lines_read_as_the_python_reference_reads_them(fields: list[bytes], width: int) -> None:
     """Escapes COPY writes and ones it does not, NULLs, tabs, invalid UTF-8, the wrong number of fields."""
     data = b"\t".join(fields) + b"\n"
-    assert raised_or_returned(row_reader(native=True), data, width) == raised_or_returned(
-        row_reader(native=False), data, width
+    assert raised_or_returned(STAGE.copy_row_reader(), data, width) == raised_or_returned(
+        PYTHON.copy_row_reader(), data, width
     )
 
 
@@ -376,7 +381,9 @@ def test_compiled_snapshot_rows_equal_the_python_shaper(
     )
 
     def shape(native: bool) -> tuple[str, Any]:
-        shaper = EventShaper("cdcd", _Registry(), clock_us=lambda: 1_700_000_000_000_000, native=native)
+        shaper = EventShaper(
+            "cdcd", _Registry(), clock_us=lambda: 1_700_000_000_000_000, stage=STAGE if native else PYTHON
+        )
         shaper.start_session("db", {}, Plans())
         records: list[Any] = []
         batch = SnapshotBatch(relation, rows, 0x900, 1_600_000_000_000_000, marker, first, last)  # type: ignore[arg-type]
