@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::envelope::{differ, joined, transaction_fields, Envelope, Source, SourceArg};
+use crate::envelope::{debezium_transaction_fields, differ, joined, Envelope, Source, SourceArg};
 use crate::tuple::change_parts;
 
 const XLOGDATA_HEADER: usize = 25; // 'w', data start, WAL end, send time
@@ -20,10 +20,11 @@ const PG_EPOCH_OFFSET_US: i64 = 946_684_800 * 1_000_000;
 /// Tells the envelopes' source caches one lane transaction from another.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// `LaneTable(relation, envelope, topic, table, key_header, value_header, key_positions)`: what the lane needs
-/// of one table version: the decoder's Relation it was made for (the lane refuses the table once the decoder
-/// holds another), its compiled `Envelope`, topic, ``schema.table`` name (for event counts), wire headers and
-/// key columns.
+/// `LaneTable(relation, envelope, topic, table, key_header, value_header, key_positions, collection=None)`:
+/// what the lane needs of one table version: the decoder's Relation it was made for (the lane refuses the
+/// table once the decoder holds another), its compiled `Envelope`, topic, ``schema.table`` name (for event
+/// counts), wire headers, key columns, and the name END events count its events under (Debezium's data
+/// collection; the topic when None).
 #[pyclass(frozen, module = "cdcd._native")]
 pub struct LaneTable {
     relation: Py<PyAny>,
@@ -35,11 +36,14 @@ pub struct LaneTable {
     value_header: Vec<u8>,
     key_positions: Vec<usize>,
     width: usize,
+    collection: String,
 }
 
 #[pymethods]
 impl LaneTable {
     #[new]
+    #[pyo3(signature = (relation, envelope, topic, table, key_header, value_header, key_positions, collection=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         relation: Bound<'_, PyAny>,
         envelope: Py<Envelope>,
@@ -48,9 +52,15 @@ impl LaneTable {
         key_header: Option<Vec<u8>>,
         value_header: Vec<u8>,
         key_positions: Vec<usize>,
+        collection: Option<String>,
     ) -> PyResult<Self> {
         let width = relation.getattr("columns")?.len()?;
+        let collection = match collection {
+            Some(name) => name,
+            None => topic.to_str()?.to_owned(),
+        };
         Ok(LaneTable {
+            collection,
             relation: relation.unbind(),
             envelope,
             topic_name: topic.to_str()?.to_owned(),
@@ -99,6 +109,9 @@ struct Shaping<'a, 'py> {
     transaction_topic: Option<&'a (Bound<'py, PyString>, Vec<u8>, Vec<u8>)>,
     tombstones: bool,
     now_us: i64,
+    /// Debezium's layout: transactions named after their first event's LSN, BEGIN and END at the commit time,
+    /// counting data collections.
+    debezium: bool,
 }
 
 /// Whole plain transactions of ``frames[start:]``, up to the first one the lane leaves to Python. Returns
@@ -111,10 +124,10 @@ struct Shaping<'a, 'py> {
 /// decoder's Relations; ``transaction_topic``: (topic, key header, value header) for BEGIN and END events,
 /// or None; ``after``: transactions committed at or below it are left to Python; a transaction of more than
 /// ``max_changes`` changes too. Once it has made ``max_records`` records it stops at the next Begin (the caller
-/// produces them and calls again): what one call holds is bounded.
+/// produces them and calls again): what one call holds is bounded. ``debezium``: in Debezium's layout.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (frames, start, relations, tables, version, db, transaction_topic, tombstones, after, last_commit_lsn, now_us, max_changes, max_records))]
+#[pyo3(signature = (frames, start, relations, tables, version, db, transaction_topic, tombstones, after, last_commit_lsn, now_us, max_changes, max_records, debezium=false))]
 pub fn plain_transactions<'py>(
     py: Python<'py>,
     frames: &Bound<'py, PyList>,
@@ -130,11 +143,13 @@ pub fn plain_transactions<'py>(
     now_us: i64,
     max_changes: usize,
     max_records: usize,
+    debezium: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let shaping = Shaping {
         transaction_topic: transaction_topic.as_ref(),
         tombstones,
         now_us,
+        debezium,
     };
     let records = PyList::empty(py);
     let xids = PyList::empty(py);
@@ -165,7 +180,11 @@ pub fn plain_transactions<'py>(
             last_commit_lsn,
             origin: None,
         };
-        let txn_id = format!("{xid}:{}", commit.commit_lsn);
+        let named = match txn.first() {
+            Some(first) if debezium => first.lsn,
+            _ => commit.commit_lsn,
+        };
+        let txn_id = format!("{xid}:{named}");
         let Some(made) = shape(py, &shaping, &txn, &source, &txn_id)? else {
             break;
         };
@@ -368,12 +387,16 @@ fn shape<'py>(
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
     let mut records: Vec<Record<'py>> = Vec::with_capacity(txn.len() + 2);
     let mut events: Vec<(Bound<'py, LaneTable>, [usize; 3])> = Vec::new();
-    let mut per_topic: Vec<(String, i64)> = Vec::new();
+    let mut per_topic: Vec<(String, i64, String)> = Vec::new();
     let mut total = 0i64;
-    let ts_ms = shaping.now_us.div_euclid(1000);
+    let ts_ms = if shaping.debezium {
+        source.ts_us.div_euclid(1000)
+    } else {
+        shaping.now_us.div_euclid(1000)
+    };
     let metadata = shaping.transaction_topic.filter(|_| !txn.is_empty());
     if let Some((topic, key_header, value_header)) = metadata {
-        let (key, value) = transaction_fields("BEGIN", txn_id, ts_ms, None, None);
+        let (key, value) = debezium_transaction_fields("BEGIN", txn_id, ts_ms, None, None, shaping.debezium);
         records.push(framed(py, topic, key_header, &key, value_header, &value)?);
     }
     for change in txn {
@@ -391,10 +414,10 @@ fn shape<'py>(
             },
             _ => None,
         };
-        let dco = match per_topic.iter_mut().find(|(name, _)| *name == table.topic_name) {
-            Some((_, count)) => count,
+        let dco = match per_topic.iter_mut().find(|(name, _, _)| *name == table.topic_name) {
+            Some((_, count, _)) => count,
             None => {
-                per_topic.push((table.topic_name.clone(), 0));
+                per_topic.push((table.topic_name.clone(), 0, table.collection.clone()));
                 &mut per_topic.last_mut().expect("just pushed").1
             }
         };
@@ -436,7 +459,9 @@ fn shape<'py>(
     }
     if let Some((topic, key_header, value_header)) = metadata {
         per_topic.sort();
-        let (key, value) = transaction_fields("END", txn_id, ts_ms, Some(total), Some(&per_topic));
+        let counts: Vec<(String, i64)> = per_topic.into_iter().map(|(_, n, name)| (name, n)).collect();
+        let (key, value) =
+            debezium_transaction_fields("END", txn_id, ts_ms, Some(total), Some(&counts), shaping.debezium);
         records.push(framed(py, topic, key_header, &key, value_header, &value)?);
     }
     Ok(Some(Made { records, events }))
