@@ -34,6 +34,11 @@ class EncodedRun:
         size: int = self.rows.nbytes
         return size
 
+    def first_lsn(self) -> int:
+        """The LSN of the run's first change (a run holds one at least)."""
+        lsn: int = self.rows.first_lsn()
+        return lsn
+
     def changes(self) -> list[RowChange]:
         """The changes decoded again, as the decoder made them on arrival (for a stage that needs values)."""
         decoder = Decoder(self.encoding)

@@ -252,6 +252,8 @@ _CODECS_BY_NAME: Final = {c.name: c for c in CODECS.values()}
 
 def native_kind(mapping: TypeMapping) -> tuple[int, int]:
     """The compiled conversion of a mapping (code, parameter); (0, 0): the reference writer's."""
+    if mapping.native is not None:
+        return mapping.native
     if not mapping.compiled:
         return 0, 0
     code = _NATIVE_CODES.get(mapping.pg_type)
@@ -292,11 +294,28 @@ def _record_field(d: bytes | None, nullable: bool) -> bytes:
     return b"\x02" + d if nullable else d
 
 
-def _native_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool) -> Callable[..., None]:
-    """cdcd._native's row record writer, called as the generated ``(row, append, toast)`` function is."""
+def _native_row(
+    columns: Sequence[ColumnSchema],
+    ncols: int,
+    nullable: bool,
+    defaults: Mapping[int, bytes] | None = None,
+    debezium: bool = False,
+) -> Callable[..., None]:
+    """cdcd._native's row record writer, called as the generated ``(row, append, toast)`` function is (with
+    ``defaults`` as ``_compile_row``'s; ``debezium``: Debezium's placeholders for unchanged TOAST values)."""
     assert _native is not None
-    fields = [(c.index, *native_kind(c.mapping), _field_writer(c, nullable), write_string(c.field)) for c in columns]
-    writer: Callable[..., None] = _native.RowWriter(fields, ncols, nullable)
+    defaults = defaults or {}
+    null = [nullable and c.index not in defaults for c in columns]
+    fields = [
+        (c.index, *native_kind(c.mapping), _field_writer(c, n), write_string(c.field))
+        for c, n in zip(columns, null, strict=True)
+    ]
+    missing = [defaults.get(c.index) for c in columns]
+    placeholders = [
+        None if not debezium or (p := _placeholder(c)) is None else _field_writer(c, n)(p)
+        for c, n in zip(columns, null, strict=True)
+    ]
+    writer: Callable[..., None] = _native.RowWriter(fields, ncols, nullable, missing, placeholders)
     return writer
 
 
@@ -388,20 +407,21 @@ class EnvelopeEncoder:
         self.rows: Callable[..., tuple[int, tuple[int, int, int]]] | None = None
         self.snapshot_rows: Callable[..., int] | None = None  # ``Envelope.snapshot_rows``: the same for snapshots
         self.envelope: Any = None  # the cdcd._native Envelope, when compiled (for the lane: cdcd.replication.lane)
-        if schemas.debezium:  # Debezium's layout: the envelope written here
-            if native and _native is not None and not self._defaults:  # compiled rows: every column nullable
-                self._value_row = _native_row(cols, n, True)
+        if schemas.debezium:  # Debezium's layout: the envelope written here (the reference of the compiled one)
             self.encode_value = self._make_debezium_encode_value()
-        elif native and _native is not None:
+        if native and _native is not None:
             self._use_native()
 
     def _use_native(self) -> None:
         assert _native is not None
-        cols = self.schemas.columns
-        self._value_row = _native_row(cols, len(cols), True)
+        cols, debezium = self.schemas.columns, self.schemas.debezium
+        defaults = {i: d[0] for i, d in self._defaults.items()}
+        self._value_row = _native_row(cols, len(cols), True, defaults, debezium)
         self._key_row = _native_row(self._key_columns, len(cols), False) if self._key_columns else None
         constants = self._connector_name, self._schema_table
-        envelope = _native.Envelope(self._value_row, self._key_row, *constants, self.encode_value, self._encode_key)
+        envelope = _native.Envelope(
+            self._value_row, self._key_row, *constants, self.encode_value, self._encode_key, debezium=debezium
+        )
         self.encode_value = envelope.encode_value
         self.encode_key = envelope.encode_key
         self.rows = envelope.rows

@@ -63,9 +63,9 @@ class Lane:
 
     @staticmethod
     def available(shaper: EventShaper, decoder: Decoder) -> bool:
-        """Whether the lane can stand for the stages: compiled shaping in cdcd's layout, and UTF-8 text on the
+        """Whether the lane can stand for the stages: compiled shaping (either layout), and UTF-8 text on the
         wire, which the compiled code reads (not a SQL_ASCII database's bytes: ``wire_encoding``)."""
-        return native is not None and shaper.native and not shaper.debezium and decoder.compiled
+        return native is not None and shaper.native and decoder.compiled
 
     def take(self, frames: list[bytes], start: int) -> tuple[int, Shaped | None]:
         """The transactions from ``frames[start]`` (a Begin) on that the lane makes, up to the first it leaves
@@ -91,6 +91,7 @@ class Lane:
                     shaper.clock_us(),
                     MAX_CHANGES,
                     BATCH_RECORDS,
+                    debezium=shaper.debezium,
                 )
             )
             if stop > start or ask is None or not self._add(ask):
@@ -159,7 +160,14 @@ class Lane:
             return True
         assert native is not None
         self.tables[relation_id] = native.LaneTable(
-            relation, envelope, wire.topic, plan.table, wire.key_header, wire.value_header, list(plan.key_positions)
+            relation,
+            envelope,
+            wire.topic,
+            plan.table,
+            wire.key_header,
+            wire.value_header,
+            list(plan.key_positions),
+            shaper.collection(wire.topic),
         )
         return True
 
