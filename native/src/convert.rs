@@ -6,10 +6,10 @@
 //! reference's arithmetic exactly (no range checks the reference does not make, none it makes skipped).
 
 use crate::avro;
+use crate::frame::PG_EPOCH_OFFSET_US;
 
 const US_PER_DAY: i64 = 86_400_000_000;
 const PG_EPOCH_DAYS: i64 = 10_957;
-const PG_EPOCH_OFFSET_US: i64 = PG_EPOCH_DAYS * US_PER_DAY;
 
 /// Which conversion a column takes (the codes `cdcd.native` assigns).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

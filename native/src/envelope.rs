@@ -8,8 +8,9 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::avro;
 use crate::encoded::Encoded;
-use crate::lane::{signed, u32_at, xlogdata};
+use crate::frame::{signed, u32_at, xlogdata};
 use crate::row::RowWriter;
+use crate::rules::{key_changed, tombstone};
 use crate::tuple::change_parts;
 
 /// `Envelope(rows, key_rows, connector_name, schema_table, reference_value, reference_key)`: the table's Value
@@ -274,7 +275,7 @@ impl Envelope {
             order = (order.0 + 1, order.1 + 1);
             counts[usize::from(code)] += 1;
             let (key, value) = record(py, key_header, key.as_deref(), value_header, &images, &rest)?;
-            let tombstone = code == 2 && tombstones && key.is_some();
+            let tombstone = tombstone(code == 2, tombstones, key.is_some());
             match &records {
                 Some(list) => {
                     list.append((&topic, &key, value))?;
@@ -444,7 +445,7 @@ impl Envelope {
             self.write_rest(py, &mut rest, op, source, Some(rec.lsn), ts_us, block, rec.toast)?;
             counts[usize::from(rec.op)] += 1;
             let (key, value) = record(py, key_header, rec.key, value_header, rec.images, &rest)?;
-            let tombstone = rec.op == 2 && tombstones && key.is_some();
+            let tombstone = tombstone(rec.op == 2, tombstones, key.is_some());
             out.append((&topic, &key, value))?;
             if tombstone {
                 out.append((&topic, &key, py.None()))?;
@@ -648,10 +649,8 @@ impl Envelope {
         key_positions: &[usize],
     ) -> PyResult<Option<(Option<Vec<u8>>, Vec<u8>, Vec<u8>)>> {
         let has_key = self.key_rows.is_some();
-        if let (1, true, Some(o), Some(n)) = (op, has_key, old, new) {
-            if old_is_key || differ(o, n, key_positions)? {
-                return Ok(None);
-            }
+        if key_changed(op == 1, has_key, old, new, old_is_key, key_positions)? {
+            return Ok(None);
         }
         let key = match (has_key, new.or(old)) {
             (true, Some(row)) => match self.key_bytes(py, &[], row) {
@@ -782,16 +781,6 @@ fn optional_tuple(value: Bound<'_, PyAny>) -> PyResult<Option<Bound<'_, PyTuple>
     } else {
         Some(value.cast_into_exact::<PyTuple>()?)
     })
-}
-
-/// Whether two rows differ in any of the given columns (Python's ``!=``).
-pub(crate) fn differ(old: &Bound<'_, PyTuple>, new: &Bound<'_, PyTuple>, positions: &[usize]) -> PyResult<bool> {
-    for &i in positions {
-        if old.get_item(i)?.ne(new.get_item(i)?)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// Key and value of a BEGIN or END event on the transaction topic (`cdcd.avro.metadata.encode_transaction_fields`).

@@ -11,11 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::envelope::{debezium_transaction_fields, differ, joined, Envelope, Source, SourceArg};
+use crate::envelope::{debezium_transaction_fields, joined, Envelope, Source, SourceArg};
+use crate::frame::{signed, u32_at, u64_at, xlogdata, PG_EPOCH_OFFSET_US, XLOGDATA_HEADER};
+use crate::rules::{key_changed, tombstone};
 use crate::tuple::change_parts;
-
-const XLOGDATA_HEADER: usize = 25; // 'w', data start, WAL end, send time
-const PG_EPOCH_OFFSET_US: i64 = 946_684_800 * 1_000_000;
 
 /// Tells the envelopes' source caches one lane transaction from another.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -228,29 +227,6 @@ pub fn plain_transactions<'py>(
     result.into_pyobject(py)
 }
 
-/// An LSN as the Avro long it is written as; the Python stages handle (and name) one past that range.
-pub(crate) fn signed(lsn: u64) -> Option<i64> {
-    i64::try_from(lsn).ok()
-}
-
-pub(crate) fn u32_at(data: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(data: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_be_bytes(data.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// An XLogData frame's payload, its data start and the highest WAL position its header reports (as
-/// `ReplicationCore.frame`).
-pub(crate) fn xlogdata(data: &[u8]) -> Option<(&[u8], u64, u64)> {
-    if data.len() <= XLOGDATA_HEADER || data[0] != b'w' {
-        return None;
-    }
-    let (start, end) = (u64_at(data, 1)?, u64_at(data, 9)?);
-    Some((&data[XLOGDATA_HEADER..], start, start.max(end)))
-}
-
 fn frame_at<'py>(frames: &Bound<'py, PyList>, index: usize) -> PyResult<Option<Bound<'py, PyBytes>>> {
     Ok(frames.get_item(index)?.cast_into::<PyBytes>().ok())
 }
@@ -402,10 +378,17 @@ fn shape<'py>(
     for change in txn {
         let table = change.table.get();
         let mut envelope = table.envelope.bind(py).borrow_mut();
-        if let (Some(_), "u", Some(old), Some(new)) = (&table.key_header, change.op, &change.old, &change.new) {
-            if change.old_is_key || differ(old, new, &table.key_positions)? {
-                return Ok(None); // a key change: a delete and a create, by the Python shaper
-            }
+        let (old, new) = (change.old.as_ref(), change.new.as_ref());
+        let update = change.op == "u";
+        if key_changed(
+            update,
+            table.key_header.is_some(),
+            old,
+            new,
+            change.old_is_key,
+            &table.key_positions,
+        )? {
+            return Ok(None); // a key change: a delete and a create, by the Python shaper
         }
         let key = match (&table.key_header, change.new.as_ref().or(change.old.as_ref())) {
             (Some(header), Some(row)) => match envelope.key_bytes(py, header, row) {
@@ -442,7 +425,7 @@ fn shape<'py>(
         bytes.extend_from_slice(&table.value_header);
         bytes.extend_from_slice(value.as_bytes());
         let topic = table.topic.bind(py).clone().into_any();
-        let tombstone = change.op == "d" && shaping.tombstones && key.is_some();
+        let tombstone = tombstone(change.op == "d", shaping.tombstones, key.is_some());
         records.push((topic.clone(), key.clone(), Some(PyBytes::new(py, &bytes))));
         if tombstone {
             records.push((topic, key, None));
