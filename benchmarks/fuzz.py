@@ -14,6 +14,7 @@ change, a value refused) to them.
 
     .venv/bin/python benchmarks/fuzz.py                       # 1,000,000 inputs (~30 s)
     .venv/bin/python benchmarks/fuzz.py --inputs 20000 --seed 7
+    .venv/bin/python benchmarks/fuzz.py --envelope debezium   # the encoders in Debezium's envelope and type map
 
 Prints the inputs, how many decoded / raised DecodeError / were encoded, and the time. Exits 1 on a difference.
 """
@@ -85,13 +86,14 @@ def outcome(call: Any, *args: Any) -> tuple[str, Any]:
 class Encoders:
     """One encoder of each kind per relation (as the daemon builds one per table version)."""
 
-    def __init__(self) -> None:
+    def __init__(self, debezium: bool = False) -> None:
+        self.debezium = debezium
         self._made: dict[Relation, tuple[EnvelopeEncoder, EnvelopeEncoder]] = {}
 
     def get(self, relation: Relation) -> tuple[EnvelopeEncoder, EnvelopeEncoder]:
         pair = self._made.get(relation)
         if pair is None:
-            schemas = build_schemas(relation, "fuzz", {})
+            schemas = build_schemas(relation, "fuzz", {}, debezium=self.debezium)
             pair = self._made[relation] = (EnvelopeEncoder(schemas, stage=STAGE), EnvelopeEncoder(schemas))
         return pair
 
@@ -142,10 +144,10 @@ def check_frames(
     return None, taken
 
 
-def run(inputs: int, seed: int) -> int:
+def run(inputs: int, seed: int, debezium: bool = False) -> int:
     rng = random.Random(seed)
     captured: list[tuple[bytes, State]] = CAPTURED
-    encoders = Encoders()
+    encoders = Encoders(debezium)
     counts: Counter[str] = Counter()
     start = time.perf_counter()
     for i in range(inputs):
@@ -184,8 +186,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inputs", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--envelope", choices=("cdcd", "debezium"), default="cdcd")
     args = parser.parse_args()
-    return run(args.inputs, args.seed)
+    return run(args.inputs, args.seed, args.envelope == "debezium")
 
 
 if __name__ == "__main__":

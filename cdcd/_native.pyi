@@ -32,7 +32,14 @@ def copy_row(data: bytes, width: int, /) -> Row | None: ...
 
 @final
 class RowWriter:
-    def __init__(self, fields: Sequence[FieldSpec], ncols: int, nullable: bool, /) -> None: ...
+    def __init__(
+        self,
+        fields: Sequence[FieldSpec],
+        ncols: int,
+        nullable: bool,
+        defaults: Sequence[bytes | None] | None = None,
+        placeholders: Sequence[bytes | None] | None = None,
+    ) -> None: ...
     def __call__(self, row: Row, append: Callable[[bytes], object], toast: Callable[[str], object], /) -> None: ...
 
 @final
@@ -47,6 +54,7 @@ class Encoded:
     def shrink(self) -> None: ...
     def truncate(self, keep: int, /) -> int: ...
     def messages(self) -> list[tuple[bytes, int, bool]]: ...
+    def first_lsn(self) -> int | None: ...
 
 @final
 class Envelope:
@@ -58,7 +66,7 @@ class Envelope:
         schema_table: bytes,
         reference_value: Callable[..., bytes],
         reference_key: Callable[[Row], bytes],
-        /,
+        debezium: bool = False,
     ) -> None: ...
     def encode_value(
         self,
@@ -140,7 +148,7 @@ class LaneTable:
         key_header: bytes | None,
         value_header: bytes,
         key_positions: Sequence[int],
-        /,
+        collection: str | None = None,
     ) -> None: ...
 
 # (stop, received, records, xids, changes, last commit LSN, end LSN, commit times, events, the relation id to ask)
@@ -162,4 +170,5 @@ def plain_transactions(
     now_us: int,
     max_changes: int,
     max_records: int,
+    debezium: bool = False,
 ) -> LaneOutput: ...

@@ -37,6 +37,12 @@ class EncodedRun:
     def nbytes(self) -> int:
         return self.rows.nbytes
 
+    def first_lsn(self) -> int:
+        """The LSN of the run's first change (a run holds one at least)."""
+        lsn = self.rows.first_lsn()
+        assert lsn is not None, "a run holds one change at least"
+        return lsn
+
     def changes(self) -> list[RowChange]:
         """The changes decoded again, as the decoder made them on arrival (for a stage that needs values)."""
         decoder = Decoder(self.encoding, stage=self.encoder.stage)

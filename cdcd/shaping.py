@@ -406,7 +406,7 @@ class EventShaper:
 
     def _early_plan(self, relation: Relation) -> tuple[Relation, EnvelopeEncoder | None, Envelope | None, list[int]]:
         plan = self.plans.get(relation)
-        if plan.filter is not None or self.debezium or self.stage.rows is None:
+        if plan.filter is not None or self.stage.rows is None:
             return relation, None, None, []
         encoder = self.encoder(plan)
         return relation, encoder, encoder.envelope, list(plan.key_positions)
@@ -470,13 +470,16 @@ class EventShaper:
             self.events[table, op] += count
 
     def transaction_headers(self) -> tuple[str, bytes, bytes] | None:
-        """The transaction topic and the wire headers of its BEGIN and END events (not Debezium's layout); None
+        """The transaction topic and the wire headers of its BEGIN and END events (in this layout); None
         without the transaction topic."""
         if not self.transaction_topic:
             return None
-        return self._transaction_topic, *self._fixed_headers(
-            self._transaction_topic, TRANSACTION_KEY, TRANSACTION_VALUE
+        schemas = (
+            (DEBEZIUM_TRANSACTION_KEY, DEBEZIUM_TRANSACTION_VALUE)
+            if self.debezium
+            else (TRANSACTION_KEY, TRANSACTION_VALUE)
         )
+        return self._transaction_topic, *self._fixed_headers(self._transaction_topic, *schemas)
 
     # -- fixed-schema events ---------------------------------------------------------------------------
 
@@ -493,6 +496,10 @@ class EventShaper:
             schemas = MESSAGE_KEY, message_value_schema()
         key_header, value_header = self._fixed_headers(topic, *schemas)
         return topic, key_header + key, value_header + value, None
+
+    def collection(self, topic: str) -> str | None:
+        """The name END events count ``topic``'s events under when not the topic: Debezium's data collection."""
+        return self._collection(topic) if self.debezium else None
 
     def _collection(self, topic: str) -> str:
         """Debezium's data collection name of a topic: the table (``schema.table``), ``message`` for messages."""
@@ -527,7 +534,7 @@ def _first_lsn(changes: Iterable[Buffered]) -> tuple[Iterable[Buffered], int | N
     if first is None:
         return (), None
     if isinstance(first, EncodedRun):
-        lsn = first.changes()[0].wal_lsn
+        lsn = first.first_lsn()
     else:
         lsn = first.lsn if isinstance(first, LogicalMessage) else first.wal_lsn
     return itertools.chain((first,), it), lsn

@@ -255,6 +255,8 @@ _CODECS_BY_NAME: Final = {c.name: c for c in CODECS.values()}
 
 def native_kind(mapping: TypeMapping) -> tuple[int, int]:
     """The compiled conversion of a mapping (code, parameter); (0, 0): the reference writer's."""
+    if mapping.native is not None:
+        return mapping.native
     if not mapping.compiled:
         return 0, 0
     code = _NATIVE_CODES.get(mapping.pg_type)
@@ -295,10 +297,28 @@ def _record_field(d: bytes | None, nullable: bool) -> bytes:
     return b"\x02" + d if nullable else d
 
 
-def _native_row(rows: CompiledRows, columns: Sequence[ColumnSchema], ncols: int, nullable: bool) -> RowWriter:
-    """The compiled row record writer, called as the generated ``(row, append, toast)`` function is."""
-    fields = [(c.index, *native_kind(c.mapping), _field_writer(c, nullable), write_string(c.field)) for c in columns]
-    return rows.row_writer(fields, ncols, nullable)
+def _native_row(  # noqa: PLR0917
+    rows: CompiledRows,
+    columns: Sequence[ColumnSchema],
+    ncols: int,
+    nullable: bool,
+    defaults: Mapping[int, bytes] | None = None,
+    debezium: bool = False,
+) -> RowWriter:
+    """The compiled row record writer, called as the generated ``(row, append, toast)`` function is (with
+    ``defaults`` as ``_compile_row``'s; ``debezium``: Debezium's placeholders for unchanged TOAST values)."""
+    defaults = defaults or {}
+    null = [nullable and c.index not in defaults for c in columns]
+    fields = [
+        (c.index, *native_kind(c.mapping), _field_writer(c, n), write_string(c.field))
+        for c, n in zip(columns, null, strict=True)
+    ]
+    missing = [defaults.get(c.index) for c in columns]
+    placeholders = [
+        None if not debezium or (p := _placeholder(c)) is None else _field_writer(c, n)(p)
+        for c, n in zip(columns, null, strict=True)
+    ]
+    return rows.row_writer(fields, ncols, nullable, missing, placeholders)
 
 
 # --------------------------------------------------------------------------------------------- envelope
@@ -391,11 +411,9 @@ class EnvelopeEncoder:
         self.envelope: Envelope | None = None  # the compiled Envelope (also for the lane: cdcd.replication.lane)
         self.stage = stage  # also reads its runs' changes again (cdcd.batches.EncodedRun.changes)
         self._compiled = None if stage is None else stage.rows
-        if schemas.debezium:  # Debezium's layout: the envelope written here
-            if self._compiled is not None and not self._defaults:  # compiled rows: every column nullable
-                self._value_row = _native_row(self._compiled, cols, n, True)
+        if schemas.debezium:  # Debezium's layout: the envelope written here (the reference of the compiled one)
             self.encode_value = self._make_debezium_encode_value()
-        elif self._compiled is not None:
+        if self._compiled is not None:
             self._use_native(self._compiled)
 
     def encoded(self, data: bytes | None = None, count: int = 0) -> Encoded:
@@ -404,12 +422,15 @@ class EnvelopeEncoder:
         return self._compiled.encoded(data, count)
 
     def _use_native(self, compiled: CompiledRows) -> None:
-        cols = self.schemas.columns
-        value_row = _native_row(compiled, cols, len(cols), True)
+        cols, debezium = self.schemas.columns, self.schemas.debezium
+        defaults = {i: d[0] for i, d in self._defaults.items()}
+        value_row = _native_row(compiled, cols, len(cols), True, defaults, debezium)
         key_row = _native_row(compiled, self._key_columns, len(cols), False) if self._key_columns else None
         self._value_row, self._key_row = value_row, key_row
         constants = self._connector_name, self._schema_table
-        envelope = compiled.envelope(value_row, key_row, *constants, self.encode_value, self._encode_key)
+        envelope = compiled.envelope(
+            value_row, key_row, *constants, self.encode_value, self._encode_key, debezium=debezium
+        )
         self.encode_value = envelope.encode_value
         self.encode_key = envelope.encode_key
         self.rows = envelope.rows

@@ -72,9 +72,9 @@ class Lane:
 
     @staticmethod
     def available(shaper: EventShaper, decoder: Decoder) -> bool:
-        """Whether the lane can stand for the stages: a row stage with a lane, cdcd's layout, and UTF-8 text on
+        """Whether the lane can stand for the stages: a row stage with a lane (either layout), and UTF-8 text on
         the wire, which the compiled code reads (not a SQL_ASCII database's bytes: ``wire_encoding``)."""
-        return shaper.stage.lane is not None and not shaper.debezium and decoder.compiled
+        return shaper.stage.lane is not None and decoder.compiled
 
     def take(self, frames: list[bytes], start: int) -> tuple[int, Shaped | None]:
         """The transactions from ``frames[start]`` (a Begin) on that the lane makes, up to the first it leaves
@@ -98,6 +98,7 @@ class Lane:
                     shaper.clock_us(),
                     MAX_CHANGES,
                     BATCH_RECORDS,
+                    debezium=shaper.debezium,
                 )
             )
             if stop > start or ask is None or not self._add(ask):
@@ -156,7 +157,14 @@ class Lane:
             self.tables[relation_id] = relation
             return True
         self.tables[relation_id] = self.compiled.table(
-            relation, envelope, wire.topic, plan.table, wire.key_header, wire.value_header, list(plan.key_positions)
+            relation,
+            envelope,
+            wire.topic,
+            plan.table,
+            wire.key_header,
+            wire.value_header,
+            list(plan.key_positions),
+            shaper.collection(wire.topic),
         )
         return True
 

@@ -20,8 +20,14 @@ class NativeRows:
     """Row writers, envelopes and encoded runs of ``cdcd._native``."""
 
     @staticmethod
-    def row_writer(fields: Sequence[FieldSpec], ncols: int, nullable: bool) -> _native.RowWriter:
-        return _native.RowWriter(fields, ncols, nullable)
+    def row_writer(
+        fields: Sequence[FieldSpec],
+        ncols: int,
+        nullable: bool,
+        defaults: Sequence[bytes | None] | None = None,
+        placeholders: Sequence[bytes | None] | None = None,
+    ) -> _native.RowWriter:
+        return _native.RowWriter(fields, ncols, nullable, defaults, placeholders)
 
     @staticmethod
     def envelope(  # noqa: PLR0917 - the compiled constructor's parameters
@@ -31,8 +37,10 @@ class NativeRows:
         schema_table: bytes,
         reference_value: Callable[..., bytes],
         reference_key: Callable[[Row], bytes],
+        debezium: bool = False,
     ) -> Envelope:
-        return _native.Envelope(value_row, key_row, connector_name, schema_table, reference_value, reference_key)
+        constants = connector_name, schema_table
+        return _native.Envelope(value_row, key_row, *constants, reference_value, reference_key, debezium=debezium)
 
     @staticmethod
     def encoded(data: bytes | None = None, count: int = 0) -> Encoded:
@@ -57,10 +65,11 @@ class NativeLane:
         now_us: int,
         max_changes: int,
         max_records: int,
+        debezium: bool = False,
     ) -> LaneOutput:
         return _native.plain_transactions(
             frames, start, relations, tables, version, db, transaction_topic, tombstones, after,
-            last_commit_lsn, now_us, max_changes, max_records,
+            last_commit_lsn, now_us, max_changes, max_records, debezium=debezium,
         )  # fmt: skip
 
     @staticmethod
@@ -72,8 +81,10 @@ class NativeLane:
         key_header: bytes | None,
         value_header: bytes,
         key_positions: Sequence[int],
+        collection: str | None = None,
     ) -> LaneTable:
-        return _native.LaneTable(relation, envelope, topic, table, key_header, value_header, key_positions)
+        headers = key_header, value_header
+        return _native.LaneTable(relation, envelope, topic, table, *headers, key_positions, collection)
 
 
 def _copy_row_reader() -> CopyRowReader:

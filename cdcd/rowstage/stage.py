@@ -44,7 +44,14 @@ class CompiledRows(Protocol):
     """A table's compiled row writers and envelope (``cdcd.avro.encoder.EnvelopeEncoder`` builds them from its
     column mappings) and the runs of changes its envelope encodes as they arrive (``cdcd.batches.EncodedRun``)."""
 
-    def row_writer(self, fields: Sequence[FieldSpec], ncols: int, nullable: bool) -> RowWriter: ...
+    def row_writer(
+        self,
+        fields: Sequence[FieldSpec],
+        ncols: int,
+        nullable: bool,
+        defaults: Sequence[bytes | None] | None = None,
+        placeholders: Sequence[bytes | None] | None = None,
+    ) -> RowWriter: ...
     def envelope(  # noqa: PLR0917 - the compiled constructor's parameters
         self,
         value_row: RowWriter,
@@ -53,6 +60,7 @@ class CompiledRows(Protocol):
         schema_table: bytes,
         reference_value: Callable[..., bytes],
         reference_key: Callable[[Row], bytes],
+        debezium: bool = False,
     ) -> Envelope: ...
     def encoded(self, data: bytes | None = None, count: int = 0) -> Encoded: ...
 
@@ -75,6 +83,7 @@ class Lane(Protocol):
         now_us: int,
         max_changes: int,
         max_records: int,
+        debezium: bool = False,
     ) -> LaneOutput: ...
     def table(  # noqa: PLR0917 - the compiled constructor's parameters
         self,
@@ -85,6 +94,7 @@ class Lane(Protocol):
         key_header: bytes | None,
         value_header: bytes,
         key_positions: Sequence[int],
+        collection: str | None = None,
     ) -> LaneTable: ...
 
 

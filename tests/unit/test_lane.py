@@ -67,13 +67,22 @@ class Outcome:
 
 
 def stages(
-    tmp_path: Path, parallel: bool, rowfilter: RowFilter | None = None, early: bool = False, limit: int = 1 << 20
+    tmp_path: Path,
+    parallel: bool,
+    rowfilter: RowFilter | None = None,
+    early: bool = False,
+    limit: int = 1 << 20,
+    *,
+    debezium: bool = False,
+    compiled: bool = True,
 ) -> tuple[ReplicationCore, EventShaper]:
     """The core and the shaper; ``early``: changes encoded as they arrive, as the loop wires them with the lane;
-    ``limit``: the buffers' memory (0: every change spilled at once)."""
+    ``limit``: the buffers' memory (0: every change spilled at once); ``debezium``: Debezium's envelope;
+    ``compiled``: False for the Python shaper (the specification)."""
     decoder = Decoder(parallel_streaming=parallel, stage=STAGE)
     core = ReplicationCore(decoder, Assembler(BufferPool(limit, tmp_path)), Ledger(), rowfilter=rowfilter)
-    shaper = EventShaper("cdc", Registry(), clock_us=lambda: NOW_US)
+    stage = STAGE if compiled else PYTHON
+    shaper = EventShaper("cdc", Registry(), clock_us=lambda: NOW_US, stage=stage, debezium=debezium)
     shaper.start_session("shop", decoder.types, rowfilter.plans if rowfilter else Plans())
     if early:
         core.assembler.early = shaper.early
@@ -111,17 +120,23 @@ def through(core: ReplicationCore, shaper: EventShaper, frames: list[bytes], lan
 
 
 def compare(
-    tmp_path: Path, frames: list[bytes], parallel: bool = False, publications: list[Publication] | None = None
+    tmp_path: Path,
+    frames: list[bytes],
+    parallel: bool = False,
+    publications: list[Publication] | None = None,
+    debezium: bool = False,
 ) -> Outcome:
     """The frames through the core alone, and compared with it: through the lane and the core with changes
     encoded as they arrive (as the loop runs them), and with encoded changes alone, every change spilled.
-    ``publications``: row filters applied by cdcd (None: none). Returns the lane's outcome."""
+    ``publications``: row filters applied by cdcd (None: none); ``debezium``: in Debezium's envelope, against
+    the Python shaper (its specification). Returns the lane's outcome."""
     results = []
     for name, use_lane, early, limit in MODES:
         rowfilter = None
         if publications is not None:
             rowfilter = RowFilter(FilterPlan(publications), "publish", lambda t: [], None, Plans())
-        core, shaper = stages(tmp_path / name, parallel, rowfilter, early, limit)
+        compiled = not debezium or name != MODES[0][0]
+        core, shaper = stages(tmp_path / name, parallel, rowfilter, early, limit, debezium=debezium, compiled=compiled)
         out = through(core, shaper, frames, Lane(core, shaper) if use_lane else None)
         results.append((out, core, shaper))
     python, pcore, pshaper = results[0]
@@ -146,6 +161,14 @@ MODES = [("core", False, False, 1 << 20), ("lane", True, True, 1 << 20), ("encod
 @pytest.mark.parametrize(("messages", "parallel"), CASES)
 def test_captured_streams_give_the_same_records(tmp_path: Path, messages: list[FixtureMessage], parallel: bool) -> None:
     compare(tmp_path, [xlogdata(m.lsn, m.data) for m in messages], parallel)
+
+
+@pytest.mark.parametrize(("messages", "parallel"), CASES)
+def test_captured_streams_give_the_same_records_in_debeziums_envelope(
+    tmp_path: Path, messages: list[FixtureMessage], parallel: bool
+) -> None:
+    """The compiled Debezium envelope (rows, early encoding, the lane) against the Python one, its spec."""
+    compare(tmp_path, [xlogdata(m.lsn, m.data) for m in messages], parallel, debezium=True)
 
 
 def plain_small(messages: list[FixtureMessage]) -> int:
@@ -230,6 +253,13 @@ def small_transactions(seed: int, count: int) -> tuple[list[bytes], int]:
 def test_generated_small_transactions_give_the_same_records(tmp_path: Path, seed: int) -> None:
     frames, count = small_transactions(seed, 300)
     laned = compare(tmp_path, frames)
+    assert laned.laned > count // 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_generated_small_transactions_in_debeziums_envelope(tmp_path: Path, seed: int) -> None:
+    frames, count = small_transactions(seed, 300)
+    laned = compare(tmp_path, frames, debezium=True)
     assert laned.laned > count // 2
 
 
