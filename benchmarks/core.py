@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import cdcd.native
+import cdcd.rowstage
 from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Buffered, Shaped, Transaction
 from cdcd.config import parse_size
@@ -267,13 +267,14 @@ class Stages:
         self.spill_dir = spill_dir
         self.devnull = devnull
         self.native = native
+        self.stage = cdcd.rowstage.STAGE if native else cdcd.rowstage.PYTHON
 
     def result(self, stage: str, times: list[float], extra: str = "") -> Result:
         label = f"{self.workload.label} {'native' if self.native else 'python'}"
         return Result(label, stage, self.workload.rows, times, extra)
 
     def decoder(self) -> Decoder:
-        return Decoder("utf-8", native=self.native)
+        return Decoder("utf-8", stage=self.stage)
 
     def decode(self) -> Result:
         workload = self.workload
@@ -374,7 +375,7 @@ class Stages:
 
         def run() -> None:
             count[0] = 0
-            shaper = EventShaper("bench", NullRegistry(), native=self.native)
+            shaper = EventShaper("bench", NullRegistry(), stage=self.stage)
             shaper.start_session("bench", {}, Plans())
             self.drive(limit, lambda txn, changes: shaper.transaction(txn, changes, emit))
             _expect("Kafka records (rows + BEGIN + END)", count[0], self.workload.rows + 2)
@@ -390,23 +391,22 @@ class Stages:
 
         def run(lane: bool) -> None:
             count[0] = 0
-            shaper = EventShaper("bench", NullRegistry(), native=self.native)
+            shaper = EventShaper("bench", NullRegistry(), stage=self.stage)
             shaper.start_session("bench", {}, Plans())
             core = ReplicationCore(self.decoder(), Assembler(BufferPool(limit, self.spill_dir)), Ledger())
 
             def act(event: Event) -> bool:
                 if isinstance(event, Write):
                     shaper.transaction(event.transaction, event.changes, emit)
+                elif isinstance(event, Shaped):
+                    count[0] += len(event.records)
                 return False
-
-            def write(shaped: Shaped) -> None:
-                count[0] += len(shaped.records)
 
             frames, taking = self.workload.small, Lane(core, shaper) if lane else None
             for start in range(0, len(frames), 300):
                 read = frames[start : start + 300]
                 if taking is not None:
-                    carry_out(read, core, act, (taking, write))
+                    carry_out(read, core, act, taking)
                 else:
                     for data in read:
                         event = core.frame(data)
@@ -460,8 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     impls = [i.strip() for i in args.impl.split(",")]
     if not impls or any(i not in ("native", "python") for i in impls):
         parser.error("--impl takes native, python or native,python")
-    if "native" in impls and cdcd.native.native is None:
-        parser.error(f"cdcd._native is not loaded ({cdcd.native.VARIABLE}={cdcd.native.IMPL}, or not built)")
+    if "native" in impls and cdcd.rowstage.STAGE.rows is None:
+        parser.error(f"cdcd._native is not loaded ({cdcd.rowstage.VARIABLE}={cdcd.rowstage.IMPL}, or not built)")
 
     print(
         f"cdcd core benchmark: python {sys.version.split()[0]}, {args.rows:,} rows per table, "

@@ -14,6 +14,7 @@ change, a value refused) to them.
 
     .venv/bin/python benchmarks/fuzz.py                       # 1,000,000 inputs (~30 s)
     .venv/bin/python benchmarks/fuzz.py --inputs 20000 --seed 7
+    .venv/bin/python benchmarks/fuzz.py --envelope debezium   # the encoders in Debezium's envelope and type map
 
 Prints the inputs, how many decoded / raised DecodeError / were encoded, and the time. Exits 1 on a difference.
 """
@@ -31,9 +32,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
-from cdcd.native import native as _native
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Relation, RowChange
+from cdcd.rowstage import STAGE
 from tests.unit.test_decoder_properties import CAPTURED, State
 
 SOURCE = SourceInfo("0.1.0", "fuzz", 1_700_000_000_000_000, tx_id=7, commit_lsn=99, last_commit_lsn=42)
@@ -67,7 +68,7 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
 
 
 def decoder(state: State, native: bool) -> Decoder:
-    d = Decoder(parallel_streaming=state.parallel, native=native)
+    d = Decoder(parallel_streaming=state.parallel, stage=STAGE if native else None)
     d.in_stream = state.in_stream
     d.relations = dict(state.relations)
     return d
@@ -85,14 +86,15 @@ def outcome(call: Any, *args: Any) -> tuple[str, Any]:
 class Encoders:
     """One encoder of each kind per relation (as the daemon builds one per table version)."""
 
-    def __init__(self) -> None:
+    def __init__(self, debezium: bool = False) -> None:
+        self.debezium = debezium
         self._made: dict[Relation, tuple[EnvelopeEncoder, EnvelopeEncoder]] = {}
 
     def get(self, relation: Relation) -> tuple[EnvelopeEncoder, EnvelopeEncoder]:
         pair = self._made.get(relation)
         if pair is None:
-            schemas = build_schemas(relation, "fuzz", {})
-            pair = self._made[relation] = (EnvelopeEncoder(schemas), EnvelopeEncoder(schemas, native=False))
+            schemas = build_schemas(relation, "fuzz", {}, debezium=self.debezium)
+            pair = self._made[relation] = (EnvelopeEncoder(schemas, stage=STAGE), EnvelopeEncoder(schemas))
         return pair
 
 
@@ -125,14 +127,16 @@ def check_frames(
     relation = dict(state.relations).get(int.from_bytes(original[at : at + 4]))
     if relation is None or data[:1] not in (b"I", b"U", b"D"):
         return None, 0
-    assert _native is not None
+    rows = STAGE.rows
+    assert rows is not None
     envelope = encoders.get(relation)[0].envelope
+    assert envelope is not None
     positions = tuple(i for i, c in enumerate(relation.columns) if c.is_key)
-    expected = _native.Encoded()
+    expected = rows.encoded()
     change = decoded[1]
     if isinstance(change, RowChange) and change.relation.relation_id == relation.relation_id and change.xid == xid:
         envelope.prepare(change, data, positions, expected)
-    got = _native.Encoded()
+    got = rows.encoded()
     stop, taken, _ = envelope.prepare_frames([frame(data)], 0, relation.relation_id, len(relation.columns), xid,
                                              positions, 4096, 1 << 30, got)  # fmt: skip
     if (taken, stop, got.data()) != (len(expected), taken, expected.data()):
@@ -140,10 +144,10 @@ def check_frames(
     return None, taken
 
 
-def run(inputs: int, seed: int) -> int:
+def run(inputs: int, seed: int, debezium: bool = False) -> int:
     rng = random.Random(seed)
     captured: list[tuple[bytes, State]] = CAPTURED
-    encoders = Encoders()
+    encoders = Encoders(debezium)
     counts: Counter[str] = Counter()
     start = time.perf_counter()
     for i in range(inputs):
@@ -155,7 +159,7 @@ def run(inputs: int, seed: int) -> int:
         if fast != slow or fast[0] not in ("ok", "DecodeError"):
             print(f"input {i}: {data!r} in {state}\n  native: {fast}\n  python: {slow}")
             return 1
-        if _native is not None and original[:1] in (b"I", b"U", b"D"):
+        if STAGE.rows is not None and original[:1] in (b"I", b"U", b"D"):
             counts["framed"] += 1
             problem, taken = check_frames(encoders, original, state, data, slow)
             counts["taken"] += taken
@@ -182,8 +186,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inputs", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--envelope", choices=("cdcd", "debezium"), default="cdcd")
     args = parser.parse_args()
-    return run(args.inputs, args.seed)
+    return run(args.inputs, args.seed, args.envelope == "debezium")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,9 @@ consumer (commit markers take offsets too).
 ``txdbz`` and ``notxdbz`` (not run by default) are ``tx`` and ``notx`` with ``kafka.envelope: debezium``:
 Debezium's types and layouts (the envelope written in Python around the compiled row writers).
 
+``txl20`` and ``txeoc50`` (not run by default) are ``tx`` with the producer's former ``linger.ms`` 20 and
+``txeo`` with the former ``kafka.exactly_once.commit_interval_ms`` 50: what the latency tuning costs in throughput.
+
 ``txpy`` and ``notxpy`` (not run by default) are ``tx`` and ``notx`` with ``CDCD_IMPL=python``: the
 Python reference alone, without the compiled row stage (cdcd._native), for a same-invocation comparison.
 
@@ -138,6 +141,7 @@ class Variant:
     impl: str | None = None  # CDCD_IMPL of the run (None: cdcd's default, the compiled row stage when built)
     delivery: str = "at_least_once"  # kafka.delivery
     envelope: str = "native"  # kafka.envelope
+    kafka: tuple[tuple[str, Any], ...] = ()  # more kafka settings (the former defaults: the tuning's cost)
 
 
 VARIANTS = {
@@ -147,6 +151,8 @@ VARIANTS = {
     "notxeo": Variant(False, delivery="exactly_once"),
     "txdbz": Variant(True, envelope="debezium"),
     "notxdbz": Variant(False, envelope="debezium"),
+    "txl20": Variant(True, kafka=(("producer", {"linger.ms": 20}),)),
+    "txeoc50": Variant(True, delivery="exactly_once", kafka=(("exactly_once", {"commit_interval_ms": 50}),)),
     "txpy": Variant(True, impl="python"),
     "notxpy": Variant(False, impl="python"),
     "filter": Variant(True, FILTER_ALL),
@@ -369,6 +375,7 @@ class KafkaBench(Bench):
                 "transaction_topic": transaction_topic,
                 "delivery": VARIANTS[variant].delivery,
                 "envelope": VARIANTS[variant].envelope,
+                **dict(VARIANTS[variant].kafka),
             },
             schema_registry={"url": args.registry},
             metrics={"listen": "127.0.0.1:0"},

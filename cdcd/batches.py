@@ -6,23 +6,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.decoder import Decoder
 from cdcd.pgoutput.messages import Change, Relation, Row, RowChange
 
+if TYPE_CHECKING:
+    from cdcd.avro.encoder import EnvelopeEncoder
+    from cdcd.rowstage.stage import Encoded
+
 
 @dataclass(eq=False, slots=True)
 class EncodedRun:
     """Consecutive changes of one table version, encoded as they arrived (``EventShaper.early``) instead of kept
-    decoded: ``rows`` (a cdcd._native ``Encoded``) holds each one's key, before and after, and its pgoutput
+    decoded: ``rows`` (the compiled row stage's ``Encoded``) holds each one's key, before and after, and its pgoutput
     message; what depends on the transaction is spliced in at commit. ``encoder``: the ``EnvelopeEncoder`` that
     encoded them; ``encoding``: the stream's text encoding (``wire_encoding``), to decode the messages again."""
 
     relation: Relation
-    encoder: object
-    rows: Any
+    encoder: EnvelopeEncoder
+    rows: Encoded
     encoding: str
 
     @property
@@ -31,12 +35,17 @@ class EncodedRun:
 
     @property
     def nbytes(self) -> int:
-        size: int = self.rows.nbytes
-        return size
+        return self.rows.nbytes
+
+    def first_lsn(self) -> int:
+        """The LSN of the run's first change (a run holds one at least)."""
+        lsn = self.rows.first_lsn()
+        assert lsn is not None, "a run holds one change at least"
+        return lsn
 
     def changes(self) -> list[RowChange]:
         """The changes decoded again, as the decoder made them on arrival (for a stage that needs values)."""
-        decoder = Decoder(self.encoding)
+        decoder = Decoder(self.encoding, stage=self.encoder.stage)
         decoder.relations[self.relation.relation_id] = self.relation
         out: list[RowChange] = []
         for payload, wal_lsn, in_stream in self.rows.messages():
@@ -156,3 +165,15 @@ class Shaped:
     def unix_commit_times(self) -> list[float]:
         """The commit times in unix seconds, as ``Ledger`` takes them."""
         return [pg_to_unix_us(t) / 1e6 for t in self.commit_times]
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One of Debezium's snapshot notifications (``cdcd.snapshot.notifications`` makes them, the sink writes
+    them to ``notifications.kafka.topic``)."""
+
+    id: str
+    aggregate_type: str  # Incremental Snapshot | Initial Snapshot
+    type: str  # STARTED, IN_PROGRESS, TABLE_SCAN_COMPLETED, COMPLETED, ABORTED, PAUSED, RESUMED
+    additional_data: dict[str, str]
+    timestamp: int  # unix milliseconds

@@ -27,17 +27,16 @@ from cdcd.filters import FilterFailure
 from cdcd.logging import configure
 from cdcd.lsn import format_lsn
 from cdcd.metrics import Metrics
-from cdcd.native import IMPL
 from cdcd.notify import Notifier
 from cdcd.pgoutput import DecodeError
 from cdcd.replication.loop import ReplicationLoop
+from cdcd.rowstage import IMPL, STAGE
 from cdcd.secrets import redacted_output
-from cdcd.shaping import table_subjects
+from cdcd.shaping import EventShaper, table_subjects
 from cdcd.sink import Sink, SinkFailure
-from cdcd.sink.jsonl import JsonLinesSink
 from cdcd.snapshot.runner import SnapshotError
+from cdcd.snapshot.signals import SignalSource
 from cdcd.snapshot.state import StateError, state_dir_problem
-from cdcd.source.checks import check_source
 from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
@@ -96,13 +95,15 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _check(settings: Settings) -> int:
+    from cdcd.source.checks import check_source  # noqa: PLC0415 - loaded only when used
+
     findings = check_source(settings.source)
     problems = findings.config_errors + findings.problems
     state_problem = state_dir_problem(settings.snapshot.state_dir)
     if state_problem is not None:
         problems.append(state_problem)
     if settings.sink.kind == "kafka":
-        from cdcd.sink.kafka import check_kafka  # noqa: PLC0415 - loaded only when used: a 0.2 s import
+        from cdcd.sink.checks import check_kafka  # noqa: PLC0415 - loaded only when used: a 0.2 s import
 
         problems += check_kafka(settings.kafka, settings.schema_registry)
         if not problems:  # both ends answer: would the registry take the tables' schemas as they are now?
@@ -121,7 +122,7 @@ def _check(settings: Settings) -> int:
 def _schema_compatibility(settings: Settings) -> list[str]:
     """Ask the registry whether each captured table's current schemas fit its subjects (each refusal named by
     table and column); subjects that do not exist yet are reported as new."""
-    from cdcd.sink.kafka import check_compatibility  # noqa: PLC0415 - loaded only when used
+    from cdcd.sink.checks import check_compatibility  # noqa: PLC0415 - loaded only when used
 
     try:
         candidates = _current_schemas(settings)
@@ -138,7 +139,9 @@ def _current_schemas(settings: Settings) -> list[tuple[str, str, dict[str, Any]]
     from cdcd.snapshot.reader import SnapshotReader  # noqa: PLC0415 - loaded only when used
 
     source, kafka = settings.source, settings.kafka
-    reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source))
+    reader = SnapshotReader(
+        source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source), STAGE.copy_row_reader()
+    )
     try:
         candidates = []
         for name in reader.captured_tables([p.name for p in source.publications]):
@@ -197,16 +200,52 @@ def _tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def _sink(settings: Settings, output: str | None) -> tuple[Sink, BinaryIO | None]:
-    """JSON lines to ``output`` (``-``: stdout), or Kafka when ``output`` is None."""
+def _sink(settings: Settings, output: str | None) -> tuple[Sink, EventShaper | None, BinaryIO | None]:
+    """JSON lines to ``output`` (``-``: stdout), or Kafka when ``output`` is None (with the shaper it is given)."""
     if output is None:
-        from cdcd.sink.kafka import KafkaSink  # noqa: PLC0415 - loaded only when used: a 0.2 s import
-        from cdcd.sink.transactional import ExactlyOnceKafkaSink  # noqa: PLC0415
+        return *_kafka_sink(settings), None
+    from cdcd.sink.jsonl import JsonLinesSink  # noqa: PLC0415 - loaded only when used
 
-        kind = ExactlyOnceKafkaSink if settings.kafka.delivery == "exactly_once" else KafkaSink
-        return kind(settings.kafka, settings.schema_registry), None
     out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
-    return JsonLinesSink(out, settings.sink.fsync), None if out is sys.stdout.buffer else out
+    return JsonLinesSink(out, settings.sink.fsync), None, None if out is sys.stdout.buffer else out
+
+
+def _kafka_sink(settings: Settings) -> tuple[Sink, EventShaper]:
+    """The Kafka sink put together: its transport, the shaper's registry (schema ids, topics), the shaper, and
+    the delivery strategy ``kafka.delivery`` names. The shaper goes to the loop too (the compiled lane)."""
+    # loaded only when used: a 0.2 s import
+    from cdcd.sink.delivery import AtLeastOnceDelivery, Delivery  # noqa: PLC0415
+    from cdcd.sink.kafka import KafkaSink  # noqa: PLC0415
+    from cdcd.sink.registry import KafkaRegistry  # noqa: PLC0415
+    from cdcd.sink.transactional import ExactlyOnceDelivery  # noqa: PLC0415
+    from cdcd.sink.transport import KafkaTransport  # noqa: PLC0415
+
+    kafka = settings.kafka
+    transport = KafkaTransport(kafka)
+    topics = KafkaRegistry(kafka, settings.schema_registry, transport)
+    shaper = EventShaper(
+        kafka.topic_prefix,
+        topics,
+        transaction_topic=kafka.transaction_topic,
+        tombstones_on_delete=kafka.tombstones_on_delete,
+        debezium=kafka.envelope == "debezium",
+    )
+    exactly_once = kafka.delivery == "exactly_once"
+    delivery: Delivery = (
+        ExactlyOnceDelivery(kafka, transport, topics) if exactly_once else AtLeastOnceDelivery(kafka, transport)
+    )
+    return KafkaSink(kafka, shaper, transport, topics, delivery), shaper
+
+
+def _signals(settings: Settings) -> SignalSource | None:
+    """The Kafka signal topic's reader, when ``signals.kafka.topic`` is set."""
+    topic = settings.signals.kafka.topic
+    if topic is None:
+        return None
+    from cdcd.sink.signal_topic import SignalTopic  # noqa: PLC0415 - loaded only when used
+
+    kafka = settings.kafka
+    return SignalTopic(kafka.client_config(), topic, f"cdcd-signals-{kafka.topic_prefix}", kafka.create_topics)
 
 
 def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Metrics | None:
@@ -224,11 +263,12 @@ def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Met
 
 
 def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
-    sink, opened = _sink(settings, output)
+    sink, shaper, opened = _sink(settings, output)
     notifier = Notifier.from_environment()  # systemd Type=notify: READY, WATCHDOG, STOPPING
     stopping.catch()  # also when called without cdcd.entry (in-process, tests)
     stopping.on_stop(lambda: notifier.stopping("flushing the sink, then a final status update"))
-    loop = ReplicationLoop(settings, sink, stopping.STOP, notifier)
+    signals = _signals(settings)
+    loop = ReplicationLoop(settings, sink, stopping.STOP, notifier, signals=signals, shaper=shaper)
     log = structlog.get_logger("cdcd")
     try:
         metrics = _serve_metrics(settings, loop, sink) if serve_metrics else None
@@ -262,6 +302,8 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
         if metrics is not None:
             metrics.close()
         sink.close()
+        if signals is not None:
+            signals.close()
         if opened is not None:
             opened.close()
     stats, filters = loop.stats, loop.filter_stats

@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from cdcd.secrets import redact, register_secret, register_url_password
@@ -71,11 +80,35 @@ class TableRef(_Section):
         return schema, table
 
 
+def _full_match(pattern: str, table: str) -> bool:
+    return re.fullmatch(pattern, table, re.IGNORECASE) is not None
+
+
+def _regexes(value: list[str], info: ValidationInfo) -> list[str]:
+    for pattern in value:
+        try:
+            re.compile(pattern, re.IGNORECASE)
+        except re.error as exc:
+            raise ValueError(f"{info.field_name}: {pattern!r} is not a valid regular expression: {exc}") from None
+    return value
+
+
 class Publication(_Section):
     name: str = Field(description="publication name; alone (no tables/schemas/all_tables) it must exist on the server")
     tables: list[TableRef] = Field(default_factory=list, description="FOR TABLE ..., each with an optional row filter")
     schemas: list[str] = Field(default_factory=list, description="FOR TABLES IN SCHEMA ... (no row filters)")
     all_tables: bool = Field(False, description="FOR ALL TABLES (no row filters)")
+    include_tables: list[str] = Field(
+        default_factory=list,
+        description="regular expressions matched against the whole schema.table, case-insensitively (Debezium's"
+        " table.include.list): matching tables are published, also those created later while cdcd runs (needs"
+        " manage_publications)",
+    )
+    exclude_tables: list[str] = Field(
+        default_factory=list,
+        description="regular expressions (as include_tables; Debezium's table.exclude.list): tables they match are"
+        " not published by pattern; alone, every other table of the database is",
+    )
     publish: list[PublishOp] = Field(
         default_factory=lambda: list(ALL_OPS), description="operations published (the publication's publish option)"
     )
@@ -83,10 +116,24 @@ class Publication(_Section):
         False, description="publish changes of partitions as changes of their partitioned root table"
     )
 
+    _patterns = field_validator("include_tables", "exclude_tables")(_regexes)
+
     @property
     def defined(self) -> bool:
         """False for a bare name: the publication exists on the server and cdcd reads its definition there."""
-        return self.all_tables or bool(self.tables or self.schemas)
+        return self.all_tables or bool(self.tables or self.schemas) or self.has_patterns
+
+    @property
+    def has_patterns(self) -> bool:
+        return bool(self.include_tables or self.exclude_tables)
+
+    def matches(self, table: str) -> bool:
+        """Whether ``schema.table`` is published by pattern: matched whole, ignoring case (Debezium's rules), by
+        an include pattern (any table when there are only exclude patterns) and by no exclude pattern."""
+        if not self.has_patterns:
+            return False
+        included = not self.include_tables or any(_full_match(p, table) for p in self.include_tables)
+        return included and not any(_full_match(p, table) for p in self.exclude_tables)
 
     @model_validator(mode="after")
     def _consistent(self) -> Publication:
@@ -96,8 +143,16 @@ class Publication(_Section):
                 f"publication {self.name!r}: row filters are not allowed on a FOR ALL TABLES publication"
                 f" (filtered: {', '.join(where)}); list the tables instead"
             )
-        if self.all_tables and (self.tables or self.schemas):
-            raise ValueError(f"publication {self.name!r}: all_tables and tables/schemas are mutually exclusive")
+        if self.all_tables and (self.tables or self.schemas or self.has_patterns):
+            raise ValueError(
+                f"publication {self.name!r}: all_tables and tables/schemas/include_tables/exclude_tables are"
+                " mutually exclusive"
+            )
+        excluded = [t.name for t in self.tables if any(_full_match(p, t.name) for p in self.exclude_tables)]
+        if excluded:
+            raise ValueError(
+                f"publication {self.name!r}: {', '.join(excluded)} listed in tables but matched by exclude_tables"
+            )
         names = [t.name for t in self.tables]
         if len(set(names)) != len(names):
             raise ValueError(f"publication {self.name!r}: a table is listed twice in {names}")
@@ -146,6 +201,12 @@ class SourceSettings(_Section):
     )
     manage_publications: bool = Field(
         False, description="create the publications, or alter them to match this config (before streaming starts)"
+    )
+    table_check_interval_s: float = Field(
+        10.0,
+        ge=0,
+        description="with manage_publications, how often to look for new tables that include_tables (or, on"
+        " PostgreSQL 14, schemas) capture and add them to the publication while streaming; 0: only at start",
     )
     protocol_version: int | Literal["auto"] = Field(
         "auto", description="pgoutput protocol version 1-4; auto: the highest the server supports"
@@ -232,6 +293,16 @@ class SourceSettings(_Section):
             raise ValueError(f"duplicate publication names in {names}")
         return value
 
+    @model_validator(mode="after")
+    def _patterns_managed(self) -> SourceSettings:
+        patterned = [p.name for p in self.publications if p.has_patterns]
+        if patterned and not self.manage_publications:
+            raise ValueError(
+                f"publication(s) {', '.join(patterned)} select tables by pattern (include_tables/exclude_tables):"
+                " cdcd keeps their table lists, so set manage_publications: true"
+            )
+        return self
+
 
 def safe_conninfo_error(exc: BaseException) -> str:
     """libpq's message about a malformed connection string without the fragments it quotes: they can be a
@@ -272,7 +343,7 @@ class ExactlyOnceSettings(_Section):
         " __cdcd-progress-<topic_prefix>, outside the <topic_prefix>.* topics consumers subscribe to",
     )
     commit_interval_ms: int = Field(
-        50, ge=1, description="longest a Kafka transaction stays open for more PostgreSQL transactions (latency)"
+        20, ge=1, description="longest a Kafka transaction stays open for more PostgreSQL transactions (latency)"
     )
     max_messages: int = Field(
         50_000, ge=1, description="messages after which a Kafka transaction is committed at the next transaction end"
@@ -429,8 +500,59 @@ class SnapshotSettings(_Section):
     state_dir: Path = Field(
         Path("/var/lib/cdcd/state"), description="where snapshot progress is kept, so a restart resumes it"
     )
+    new_tables: bool = Field(
+        True,
+        description="an incremental snapshot of each table that becomes captured: found at start (captured since"
+        " the last one) or added by a pattern while streaming. Its rows written before it was added to the"
+        " publication are not streamed; false: only what changes after that (modes initial and when_needed)",
+    )
     progress_interval_s: float = Field(
         30.0, gt=0, description="while a table is snapshotted, log its rows, estimate, rate and time left this often"
+    )
+
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def _topic_name(value: str | None) -> str | None:
+    if value is not None and not _TOPIC.fullmatch(value):
+        raise ValueError(f"a topic name may hold letters, digits, '.', '_' and '-' only, got {value!r}")
+    return value
+
+
+class SignalKafkaSettings(_Section):
+    topic: str | None = Field(
+        None,
+        description="Kafka topic `cdcd run` reads snapshot signals from (Debezium's signal.kafka.topic): records"
+        ' keyed by kafka.topic_prefix (Debezium\'s connector name), valued {"type": "execute-snapshot" |'
+        ' "stop-snapshot" | "pause-snapshot" | "resume-snapshot" | "log", "data": {...}}; each acted on'
+        " once (its offset is kept with the snapshot state); none: no Kafka signals",
+    )
+    poll_interval_s: float = Field(0.5, gt=0, description="how often the signal topic is read while streaming")
+
+    check_topic = field_validator("topic")(_topic_name)
+
+
+class SignalSettings(_Section):
+    kafka: SignalKafkaSettings = Field(
+        default_factory=SignalKafkaSettings, description="Debezium's Kafka signal channel (README: Snapshots)"
+    )
+
+
+class NotificationKafkaSettings(_Section):
+    topic: str | None = Field(
+        None,
+        description="Kafka topic of Debezium's snapshot notifications (its notification.sink.topic.name):"
+        " Incremental Snapshot / Initial Snapshot STARTED, IN_PROGRESS, TABLE_SCAN_COMPLETED, COMPLETED, ABORTED,"
+        " PAUSED, RESUMED (Avro, key {id}); needs sink.kind kafka; none: no notifications",
+    )
+
+    check_topic = field_validator("topic")(_topic_name)
+
+
+class NotificationSettings(_Section):
+    kafka: NotificationKafkaSettings = Field(
+        default_factory=NotificationKafkaSettings, description="Debezium's sink notification channel, on Kafka"
     )
 
 
@@ -490,6 +612,14 @@ class Settings(BaseSettings):
     schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    signals: SignalSettings = Field(default_factory=SignalSettings)
+    notifications: NotificationSettings = Field(default_factory=NotificationSettings)
+
+    @model_validator(mode="after")
+    def _notifications_need_kafka(self) -> Settings:
+        if self.notifications.kafka.topic is not None and self.sink.kind != "kafka":
+            raise ValueError("notifications.kafka.topic is written by the Kafka sink: set sink.kind to kafka")
+        return self
 
     @classmethod
     def settings_customise_sources(

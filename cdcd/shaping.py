@@ -27,9 +27,9 @@ import re
 import struct
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcd import __version__
 from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
@@ -41,21 +41,27 @@ from cdcd.avro.metadata import (
     HEARTBEAT_KEY,
     HEARTBEAT_VALUE,
     MESSAGE_KEY,
+    NOTIFICATION_KEY,
+    NOTIFICATION_VALUE,
     TRANSACTION_KEY,
     TRANSACTION_VALUE,
+    TransactionFieldsEncoder,
     encode_debezium_message,
     encode_debezium_transaction,
     encode_heartbeat,
     encode_message,
+    encode_notification,
     message_value_schema,
-    transaction_fields_encoder,
 )
-from cdcd.batches import Buffered, EncodedRun, Plain, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, EncodedRun, Notification, Plain, SnapshotBatch, Transaction
 from cdcd.heartbeat import Heartbeat
 from cdcd.lsn import pg_to_unix_us
-from cdcd.native import native as _native
 from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Type
 from cdcd.plan import Plans, RelationPlan, Wire
+from cdcd.rowstage import STAGE, RowStage
+
+if TYPE_CHECKING:
+    from cdcd.rowstage.stage import Envelope
 
 # Debezium's op codes for row changes; truncate is "t", a logical decoding message "m", a snapshot row "r".
 OP_CODES = {"insert": "c", "update": "u", "delete": "d"}
@@ -142,12 +148,12 @@ class EventShaper:
         transaction_topic: bool = True,
         tombstones_on_delete: bool = True,
         clock_us: Callable[[], int] = _clock_us,
-        native: bool = True,
+        stage: RowStage = STAGE,
         debezium: bool = False,
     ) -> None:
-        self.native = native  # encode with cdcd._native when loaded (False: the Python reference only)
+        self.stage = stage  # the row stage that encodes (cdcd.rowstage; PYTHON: the Python reference only)
         self.debezium = debezium  # Debezium's types and layouts (kafka.envelope: debezium)
-        self._encode_transaction = transaction_fields_encoder(native)
+        self._encode_transaction: TransactionFieldsEncoder = stage.transaction_fields_encoder()
         self._transaction_topic = f"{prefix}.transaction"
         self.prefix = prefix
         self.registry = registry
@@ -162,7 +168,7 @@ class EventShaper:
         self._fixed: dict[str, tuple[bytes, bytes]] = {}  # topic -> wire headers of fixed-schema events
         self.encoding = "utf-8"  # the stream's text (``wire_encoding``): what encoded runs are decoded with again
         # early's last table version: (relation, its encoder, compiled envelope (None: not encoded), key positions)
-        self._early: tuple[Relation, Any, Any, list[int]] | None = None
+        self._early: tuple[Relation, EnvelopeEncoder | None, Envelope | None, list[int]] | None = None
 
     def start_session(self, database: str, types: Mapping[int, Type], plans: Plans, encoding: str = "utf-8") -> None:
         self.database, self.types, self.plans, self.encoding = database, types, plans, encoding
@@ -239,6 +245,14 @@ class EventShaper:
         positions cdcd had then. The same in both layouts."""
         key, value = encode_heartbeat(self.prefix, beat.ts_ms, beat.lsn, beat.received_lsn)
         key_header, value_header = self._fixed_headers(topic, HEARTBEAT_KEY, HEARTBEAT_VALUE)
+        emit(topic, key_header + key, value_header + value, None)
+
+    def notification(self, topic: str, notification: Notification, emit: Emit) -> None:
+        """Emit a snapshot notification on ``topic``: Debezium's record, keyed by its id. The same in both
+        layouts."""
+        n = notification
+        key, value = encode_notification(n.id, n.type, n.aggregate_type, n.additional_data, n.timestamp)
+        key_header, value_header = self._fixed_headers(topic, NOTIFICATION_KEY, NOTIFICATION_VALUE)
         emit(topic, key_header + key, value_header + value, None)
 
     def message(self, message: LogicalMessage, emit: Emit) -> None:
@@ -352,7 +366,9 @@ class EventShaper:
         topic = wire.topic
         records: list[Plain] = []
         fields = (source, now_us, order.id, order.total, order.counts[topic])
-        counts = wire.encoder.envelope.splice(
+        envelope = wire.encoder.envelope
+        assert envelope is not None  # it encoded the run
+        counts = envelope.splice(
             encoded.rows, *fields, topic, wire.key_header, wire.value_header, self.tombstones, records
         )
         if emit_many is not None:
@@ -362,7 +378,7 @@ class EventShaper:
                 emit(*record, None)
         self._made(plan, order, topic, counts)
 
-    def _made(self, plan: RelationPlan, order: Order, topic: str, counts: tuple[int, int, int]) -> None:
+    def _made(self, plan: RelationPlan, order: Order, topic: str, counts: Sequence[int]) -> None:
         """The compiled shaper made ``counts`` c, u and d events of ``plan``'s table on ``topic``: count them."""
         made = sum(counts)
         order.total += made
@@ -383,14 +399,14 @@ class EventShaper:
         _, encoder, envelope, positions = cached
         if envelope is None:
             return None
+        assert encoder is not None
         if run is None or run.encoder is not encoder:
-            assert _native is not None
-            run = EncodedRun(relation, encoder, _native.Encoded(), self.encoding)
+            run = EncodedRun(relation, encoder, encoder.encoded(), self.encoding)
         return run if envelope.prepare(change, payload, positions, run.rows) else None
 
-    def _early_plan(self, relation: Relation) -> tuple[Relation, Any, Any, list[int]]:
+    def _early_plan(self, relation: Relation) -> tuple[Relation, EnvelopeEncoder | None, Envelope | None, list[int]]:
         plan = self.plans.get(relation)
-        if plan.filter is not None or self.debezium or not self.native:
+        if plan.filter is not None or self.stage.rows is None:
             return relation, None, None, []
         encoder = self.encoder(plan)
         return relation, encoder, encoder.envelope, list(plan.key_positions)
@@ -431,7 +447,7 @@ class EventShaper:
             return plan.wire.encoder
         if plan.encoder is None:
             schemas = build_schemas(plan.relation, self.prefix, dict(self.types), debezium=self.debezium)
-            plan.encoder = EnvelopeEncoder(schemas, native=self.native)
+            plan.encoder = EnvelopeEncoder(schemas, stage=self.stage)
         return plan.encoder
 
     def wire(self, plan: RelationPlan) -> Wire:
@@ -454,13 +470,16 @@ class EventShaper:
             self.events[table, op] += count
 
     def transaction_headers(self) -> tuple[str, bytes, bytes] | None:
-        """The transaction topic and the wire headers of its BEGIN and END events (not Debezium's layout); None
+        """The transaction topic and the wire headers of its BEGIN and END events (in this layout); None
         without the transaction topic."""
         if not self.transaction_topic:
             return None
-        return self._transaction_topic, *self._fixed_headers(
-            self._transaction_topic, TRANSACTION_KEY, TRANSACTION_VALUE
+        schemas = (
+            (DEBEZIUM_TRANSACTION_KEY, DEBEZIUM_TRANSACTION_VALUE)
+            if self.debezium
+            else (TRANSACTION_KEY, TRANSACTION_VALUE)
         )
+        return self._transaction_topic, *self._fixed_headers(self._transaction_topic, *schemas)
 
     # -- fixed-schema events ---------------------------------------------------------------------------
 
@@ -477,6 +496,10 @@ class EventShaper:
             schemas = MESSAGE_KEY, message_value_schema()
         key_header, value_header = self._fixed_headers(topic, *schemas)
         return topic, key_header + key, value_header + value, None
+
+    def collection(self, topic: str) -> str | None:
+        """The name END events count ``topic``'s events under when not the topic: Debezium's data collection."""
+        return self._collection(topic) if self.debezium else None
 
     def _collection(self, topic: str) -> str:
         """Debezium's data collection name of a topic: the table (``schema.table``), ``message`` for messages."""
@@ -511,7 +534,7 @@ def _first_lsn(changes: Iterable[Buffered]) -> tuple[Iterable[Buffered], int | N
     if first is None:
         return (), None
     if isinstance(first, EncodedRun):
-        lsn = first.changes()[0].wal_lsn
+        lsn = first.first_lsn()
     else:
         lsn = first.lsn if isinstance(first, LogicalMessage) else first.wal_lsn
     return itertools.chain((first,), it), lsn

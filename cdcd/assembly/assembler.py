@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdcd.assembly.buffer import BufferPool, ChangeBuffer, Early
-from cdcd.batches import Transaction
+from cdcd.batches import EncodedRun, Transaction
 from cdcd.pgoutput.messages import (
     Begin,
     BeginPrepare,
@@ -64,6 +64,15 @@ class _Open:
     gid: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Growing:
+    """``Assembler.growing``: the run, the subtransaction its next change belongs to, the memory left (bytes)."""
+
+    run: EncodedRun
+    xid: int | None
+    room: int
+
+
 class Assembler:
     def __init__(self, pool: BufferPool, early: Early | None = None) -> None:
         self.pool = pool
@@ -84,6 +93,23 @@ class Assembler:
         """The buffer a row change arriving now goes to (None: no transaction open)."""
         target = self._stream or self._current
         return None if target is None else target.buffer
+
+    def growing(self) -> Growing | None:
+        """The open transaction's encoded run that its table's next change would go to (``EventShaper.early``),
+        with the subtransaction it grows in and the memory left: where the lane encodes further changes."""
+        buffer = self.open_buffer()
+        run = None if buffer is None else buffer.growing_run()
+        if run is None:
+            return None
+        assert buffer is not None
+        pool = buffer.pool
+        return Growing(run, buffer.last_xid, pool.memory_limit - pool.memory_bytes)
+
+    def took(self, count: int, nbytes: int) -> None:
+        """``count`` changes, ``nbytes`` bytes, were encoded into the ``growing`` run by the compiled code."""
+        buffer = self.open_buffer()
+        assert buffer is not None
+        buffer.took(count, nbytes)
 
     @property
     def open_streams(self) -> int:

@@ -27,14 +27,13 @@ from typing import Any, BinaryIO
 
 from cdcd.assembly.spill import SpillDir, Swept, sweep
 from cdcd.batches import Buffered, EncodedRun
-from cdcd.native import native
 from cdcd.pgoutput.messages import Change, LogicalMessage, RowChange, Truncate
 
 VALUE_OVERHEAD = 64  # CPython str header (49 B) + tuple slot (8 B), less the 5 wire bytes, rounded up
 CHANGE_OVERHEAD = 200  # the change object, its tuples and the list slot
 
 ENCODED_OVERHEAD = 24  # an encoded change's record header (its bytes are counted as they are)
-RUN_OVERHEAD = 300  # an EncodedRun, its native object and the list slot
+RUN_OVERHEAD = 300  # an EncodedRun, its compiled object and the list slot
 
 _LEN = struct.Struct(">I")
 SPILL_BATCH = 4096  # changes per marshal blob and per encoded run: bounds the transient copy made while spilling
@@ -303,9 +302,9 @@ class ChangeBuffer:
             op, rel, old, new, old_is_key, xid, wal_lsn, size = fields
             return RowChange(op, self._refs[rel], old, new, old_is_key, xid, wal_lsn, size)
         if kind == _ENCODED:
-            rel, encoder, count, data, encoding = fields
-            assert native is not None  # it encoded them
-            return EncodedRun(self._refs[rel], self._refs[encoder], native.Encoded(data, count), encoding)
+            rel, ref, count, data, encoding = fields
+            encoder = self._refs[ref]
+            return EncodedRun(self._refs[rel], encoder, encoder.encoded(data, count), encoding)
         if kind == _TRUNCATE:
             refs, cascade, restart, xid, wal_lsn = fields
             return Truncate(tuple(self._refs[i] for i in refs), cascade, restart, xid, wal_lsn)

@@ -59,11 +59,21 @@ def _same(type_oid: int, avro: AvroSchema, kind: str) -> TypeMapping:
     return TypeMapping(base.pg_type, (avro,), kind, base.from_text, base.from_binary)
 
 
-def _converted(type_oid: int, avro: AvroSchema, kind: str, convert: Callable[[Any], Datum]) -> TypeMapping:
-    """cdcd's conversion of the type followed by ``convert``."""
+def _converted(
+    type_oid: int, avro: AvroSchema, kind: str, convert: Callable[[Any], Datum], native: tuple[int, int]
+) -> TypeMapping:
+    """cdcd's conversion of the type followed by ``convert``; ``native``: the compiled conversion doing both
+    (``cdcd.avro.encoder.native_kind``, native/src/convert.rs)."""
     base = type_mapping(type_oid)
     text, binary = base.from_text, base.from_binary
-    return TypeMapping(base.pg_type, (avro,), kind, lambda s: convert(text(s)), lambda b: convert(binary(b)))
+    return TypeMapping(
+        base.pg_type, (avro,), kind, lambda s: convert(text(s)), lambda b: convert(binary(b)), native=native
+    )
+
+
+# The compiled conversions of Debezium's forms (native/src/convert.rs, Kind::from_code)
+_ZONED_TIMESTAMP, _MICRO_TIMESTAMP, _MILLI_TIMESTAMP, _MILLI_TIME, _MICRO_DURATION = 19, 20, 21, 22, 23
+_CONNECT_DECIMAL, _VARIABLE_SCALE_DECIMAL = 24, 25
 
 
 # --------------------------------------------------------------------------------------------- date and time
@@ -117,7 +127,7 @@ def zoned_timestamp(us: int, digits: int = 6) -> str:
 def _zoned_timestamp(typmod: int) -> TypeMapping:
     digits = _precision(typmod)
     avro = _connect("string", "io.debezium.time.ZonedTimestamp")
-    return _converted(_TIMESTAMPTZ, avro, "string", lambda us: zoned_timestamp(us, digits))
+    return _converted(_TIMESTAMPTZ, avro, "string", lambda us: zoned_timestamp(us, digits), (_ZONED_TIMESTAMP, digits))
 
 
 def _zoned_time_text(s: str) -> str:
@@ -157,14 +167,17 @@ def _precision(typmod: int) -> int:
 
 def _time(typmod: int) -> TypeMapping:
     if _precision(typmod) <= 3:
-        return _converted(_TIME, _connect("int", "io.debezium.time.Time"), "int", lambda us: us // 1000)
+        ms = _connect("int", "io.debezium.time.Time")
+        return _converted(_TIME, ms, "int", lambda us: us // 1000, (_MILLI_TIME, 0))
     return _same(_TIME, _connect("long", "io.debezium.time.MicroTime"), "long")
 
 
 def _timestamp_mapping(typmod: int) -> TypeMapping:
     if _precision(typmod) <= 3:
-        return _converted(_TIMESTAMP, _connect("long", "io.debezium.time.Timestamp"), "long", _timestamp_ms)
-    return _converted(_TIMESTAMP, _connect("long", "io.debezium.time.MicroTimestamp"), "long", _timestamp)
+        ms = _connect("long", "io.debezium.time.Timestamp")
+        return _converted(_TIMESTAMP, ms, "long", _timestamp_ms, (_MILLI_TIMESTAMP, 0))
+    us = _connect("long", "io.debezium.time.MicroTimestamp")
+    return _converted(_TIMESTAMP, us, "long", _timestamp, (_MICRO_TIMESTAMP, 0))
 
 
 def _micro_duration(parts: tuple[int, int, int]) -> int:
@@ -235,13 +248,15 @@ def _numeric(typmod: int) -> TypeMapping:
         )
         text, binary = base.from_text, base.from_binary
         java_text, java_binary = (lambda s: _java_decimal(text(s))), (lambda b: _java_decimal(binary(b)))
-        return TypeMapping(base.pg_type, (avro,), "bytes", java_text, java_binary, compiled=False)
+        native = (_CONNECT_DECIMAL, scale)
+        return TypeMapping(base.pg_type, (avro,), "bytes", java_text, java_binary, compiled=False, native=native)
     return TypeMapping(
         "numeric",
         (VARIABLE_SCALE_DECIMAL,),
         "record",
         variable_scale_decimal,
         lambda b: variable_scale_decimal(numeric_binary_to_text(b)),
+        native=(_VARIABLE_SCALE_DECIMAL, 0),
     )
 
 
@@ -269,6 +284,7 @@ _FIXED: Final[dict[int, TypeMapping]] = {
         "long",
         lambda s: _micro_duration(parse_interval_text(s)),
         lambda b: _micro_duration(interval_binary(b)),
+        native=(_MICRO_DURATION, 0),
     ),
     _TIMETZ: TypeMapping(
         "timetz", (_connect("string", "io.debezium.time.ZonedTime"),), "string", _zoned_time_text, _zoned_time_binary

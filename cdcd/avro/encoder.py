@@ -22,13 +22,16 @@ import json
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from cdcd.avro.schema import ColumnSchema, RelationSchemas
 from cdcd.avro.types import ConversionError, Datum, TypeMapping
-from cdcd.native import native as _native
 from cdcd.pgoutput.messages import Row, Value
 from cdcd.pgtypes import CODECS, identity
+
+if TYPE_CHECKING:
+    from cdcd.rowstage import RowStage
+    from cdcd.rowstage.stage import CompiledRows, Encoded, Envelope, RowWriter
 
 CONNECTOR: Final = "postgresql"
 UNAVAILABLE: Final = "__debezium_unavailable_value"  # Debezium's unavailable.value.placeholder
@@ -252,6 +255,8 @@ _CODECS_BY_NAME: Final = {c.name: c for c in CODECS.values()}
 
 def native_kind(mapping: TypeMapping) -> tuple[int, int]:
     """The compiled conversion of a mapping (code, parameter); (0, 0): the reference writer's."""
+    if mapping.native is not None:
+        return mapping.native
     if not mapping.compiled:
         return 0, 0
     code = _NATIVE_CODES.get(mapping.pg_type)
@@ -292,12 +297,28 @@ def _record_field(d: bytes | None, nullable: bool) -> bytes:
     return b"\x02" + d if nullable else d
 
 
-def _native_row(columns: Sequence[ColumnSchema], ncols: int, nullable: bool) -> Callable[..., None]:
-    """cdcd._native's row record writer, called as the generated ``(row, append, toast)`` function is."""
-    assert _native is not None
-    fields = [(c.index, *native_kind(c.mapping), _field_writer(c, nullable), write_string(c.field)) for c in columns]
-    writer: Callable[..., None] = _native.RowWriter(fields, ncols, nullable)
-    return writer
+def _native_row(  # noqa: PLR0917
+    rows: CompiledRows,
+    columns: Sequence[ColumnSchema],
+    ncols: int,
+    nullable: bool,
+    defaults: Mapping[int, bytes] | None = None,
+    debezium: bool = False,
+) -> RowWriter:
+    """The compiled row record writer, called as the generated ``(row, append, toast)`` function is (with
+    ``defaults`` as ``_compile_row``'s; ``debezium``: Debezium's placeholders for unchanged TOAST values)."""
+    defaults = defaults or {}
+    null = [nullable and c.index not in defaults for c in columns]
+    fields = [
+        (c.index, *native_kind(c.mapping), _field_writer(c, n), write_string(c.field))
+        for c, n in zip(columns, null, strict=True)
+    ]
+    missing = [defaults.get(c.index) for c in columns]
+    placeholders = [
+        None if not debezium or (p := _placeholder(c)) is None else _field_writer(c, n)(p)
+        for c, n in zip(columns, null, strict=True)
+    ]
+    return rows.row_writer(fields, ncols, nullable, missing, placeholders)
 
 
 # --------------------------------------------------------------------------------------------- envelope
@@ -365,11 +386,11 @@ _OPS: Final[dict[str, bytes]] = {op: write_string(op) for op in ("c", "u", "d", 
 class EnvelopeEncoder:
     """Encodes one table's Envelope and Key records. Build one per Relation message (it compiles code).
 
-    ``native``: encode with cdcd._native when it is loaded, which hands what it refuses (and every error) to
-    the Python reference built here too; False: the Python reference only.
+    ``stage``: the row stage (``cdcd.rowstage.STAGE``); with its compiled rows, they encode, and hand what they
+    refuse (and every error) to the Python reference built here too; None: the Python reference only.
     """
 
-    def __init__(self, schemas: RelationSchemas, *, native: bool = True) -> None:
+    def __init__(self, schemas: RelationSchemas, *, stage: RowStage | None = None) -> None:
         self.schemas = schemas
         cols = schemas.columns
         n = len(cols)
@@ -385,23 +406,31 @@ class EnvelopeEncoder:
         self.encode_value: EncodeValue = self._make_encode_value()
         self.encode_key: Callable[[Row], bytes] = self._encode_key
         # cdcd._native's ``Envelope.rows``: a run of one table's changes shaped and emitted in one call (shaping)
-        self.rows: Callable[..., tuple[int, tuple[int, int, int]]] | None = None
+        self.rows: Callable[..., tuple[int, Sequence[int]]] | None = None
         self.snapshot_rows: Callable[..., int] | None = None  # ``Envelope.snapshot_rows``: the same for snapshots
-        self.envelope: Any = None  # the cdcd._native Envelope, when compiled (for the lane: cdcd.replication.lane)
-        if schemas.debezium:  # Debezium's layout: the envelope written here
-            if native and _native is not None and not self._defaults:  # compiled rows: every column nullable
-                self._value_row = _native_row(cols, n, True)
+        self.envelope: Envelope | None = None  # the compiled Envelope (also for the lane: cdcd.replication.lane)
+        self.stage = stage  # also reads its runs' changes again (cdcd.batches.EncodedRun.changes)
+        self._compiled = None if stage is None else stage.rows
+        if schemas.debezium:  # Debezium's layout: the envelope written here (the reference of the compiled one)
             self.encode_value = self._make_debezium_encode_value()
-        elif native and _native is not None:
-            self._use_native()
+        if self._compiled is not None:
+            self._use_native(self._compiled)
 
-    def _use_native(self) -> None:
-        assert _native is not None
-        cols = self.schemas.columns
-        self._value_row = _native_row(cols, len(cols), True)
-        self._key_row = _native_row(self._key_columns, len(cols), False) if self._key_columns else None
+    def encoded(self, data: bytes | None = None, count: int = 0) -> Encoded:
+        """A run of changes its envelope encodes as they arrive (``data``: one spilled, of ``count`` changes)."""
+        assert self._compiled is not None  # only a compiled envelope encodes runs
+        return self._compiled.encoded(data, count)
+
+    def _use_native(self, compiled: CompiledRows) -> None:
+        cols, debezium = self.schemas.columns, self.schemas.debezium
+        defaults = {i: d[0] for i, d in self._defaults.items()}
+        value_row = _native_row(compiled, cols, len(cols), True, defaults, debezium)
+        key_row = _native_row(compiled, self._key_columns, len(cols), False) if self._key_columns else None
+        self._value_row, self._key_row = value_row, key_row
         constants = self._connector_name, self._schema_table
-        envelope = _native.Envelope(self._value_row, self._key_row, *constants, self.encode_value, self._encode_key)
+        envelope = compiled.envelope(
+            value_row, key_row, *constants, self.encode_value, self._encode_key, debezium=debezium
+        )
         self.encode_value = envelope.encode_value
         self.encode_key = envelope.encode_key
         self.rows = envelope.rows

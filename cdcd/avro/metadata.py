@@ -12,11 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fastavro import parse_schema, schemaless_writer
-
 from cdcd.avro.encoder import SourceInfo, TxInfo, block_datum, source_datum, write_long, write_string
 from cdcd.avro.schema import block_schema, source_schema
-from cdcd.native import native as _native
 from cdcd.pgoutput.messages import LogicalMessage
 
 _PG: Final = "io.debezium.connector.postgresql"
@@ -144,6 +141,8 @@ _PARSED: dict[str, Any] = {}
 
 
 def _encode(name: str, schema: dict[str, Any], datum: dict[str, Any]) -> bytes:
+    from fastavro import parse_schema, schemaless_writer  # noqa: PLC0415 - a 0.1 s import start-up does not need
+
     parsed = _PARSED.get(name)
     if parsed is None:
         parsed = _PARSED[name] = parse_schema(schema)
@@ -228,7 +227,7 @@ def encode_transaction_fields(
     status: str, txn_id: str, ts_ms: int, event_count: int | None, data_collections: tuple[tuple[str, int], ...] | None
 ) -> tuple[bytes, bytes]:
     """``encode_transaction`` of the event's fields (no event object on the per-transaction path). The Python
-    reference of cdcd._native's ``transaction_event``; ``transaction_fields_encoder`` picks one."""
+    reference of cdcd._native's ``transaction_event`` (the row stage's ``transaction_fields_encoder``)."""
     key = write_string(txn_id)
     count = b"\x00" if event_count is None else b"\x02" + write_long(event_count)
     if data_collections is None:
@@ -245,14 +244,6 @@ def encode_transaction_fields(
 TransactionFieldsEncoder = Callable[
     [str, str, int, int | None, tuple[tuple[str, int], ...] | None], tuple[bytes, bytes]
 ]
-
-
-def transaction_fields_encoder(native: bool = True) -> TransactionFieldsEncoder:
-    """cdcd._native's ``transaction_event`` when loaded and wanted, else ``encode_transaction_fields``."""
-    if native and _native is not None:
-        fast: TransactionFieldsEncoder = _native.transaction_event
-        return fast
-    return encode_transaction_fields
 
 
 def encode_transaction_reference(event: TransactionEvent) -> tuple[bytes, bytes]:
@@ -307,4 +298,51 @@ def encode_heartbeat(server_name: str, ts_ms: int, lsn: int, received_lsn: int) 
     """Key and value of a heartbeat record."""
     key = _encode("heartbeat_key", HEARTBEAT_KEY, {"serverName": server_name})
     value = _encode("heartbeat_value", HEARTBEAT_VALUE, {"ts_ms": ts_ms, "lsn": lsn, "received_lsn": received_lsn})
+    return key, value
+
+
+# Snapshot notifications (notifications.kafka.topic): Debezium's key and value
+# (io.debezium.connector.common.NotificationKey, Notification).
+NOTIFICATION_KEY: Final = _connect(
+    {
+        "type": "record",
+        "name": "NotificationKey",
+        "namespace": "io.debezium.connector.common",
+        "fields": [{"name": "id", "type": "string"}],
+    },
+    "io.debezium.connector.common.NotificationKey",
+)
+NOTIFICATION_VALUE: Final = _connect(
+    {
+        "type": "record",
+        "name": "Notification",
+        "namespace": "io.debezium.connector.common",
+        "fields": [
+            {"name": "id", "type": "string"},
+            {"name": "type", "type": "string"},
+            {"name": "aggregate_type", "type": "string"},
+            {"name": "additional_data", "type": ["null", {"type": "map", "values": "string"}], "default": None},
+            {"name": "timestamp", "type": "long"},
+        ],
+    },
+    "io.debezium.connector.common.Notification",
+)
+
+
+def encode_notification(
+    notification_id: str, kind: str, aggregate_type: str, additional_data: dict[str, str], timestamp: int
+) -> tuple[bytes, bytes]:
+    """Key and value of a notification record."""
+    key = _encode("notification_key", NOTIFICATION_KEY, {"id": notification_id})
+    value = _encode(
+        "notification_value",
+        NOTIFICATION_VALUE,
+        {
+            "id": notification_id,
+            "type": kind,
+            "aggregate_type": aggregate_type,
+            "additional_data": additional_data,
+            "timestamp": timestamp,
+        },
+    )
     return key, value

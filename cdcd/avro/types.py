@@ -195,6 +195,8 @@ class TypeMapping:
     element: TypeMapping | None = None
     doc: str | None = field(default=None)
     compiled: bool = True  # whether cdcd._native's conversion of this type and schema applies (cdcd's own map)
+    # the compiled conversion (cdcd._native code, parameter) of another map's conversion (Debezium's), if any
+    native: tuple[int, int] | None = None
 
 
 def _m(type_oid: int, avro: AvroSchema, kind: str) -> TypeMapping:

@@ -1,9 +1,10 @@
 """Which row filters apply to a published table, per operation: PostgreSQL 15's rules for combining them.
 
 * A publication contributes only to the operations it publishes.
-* It covers a table when it is FOR ALL TABLES, lists the table's schema, lists the table, or lists one of the
-  table's partition ancestors. Only a table listed with a WHERE clause is filtered by that publication: the
-  other ways of covering it publish every row (PostgreSQL looks the filter up for the published relation itself).
+* It covers a table when it is FOR ALL TABLES, lists the table's schema, lists the table, matches it by pattern
+  (``include_tables``: cdcd adds the matching tables to it), or does one of these for one of the table's partition
+  ancestors. Only a table listed with a WHERE clause is filtered by that publication: the other ways of covering
+  it publish every row (PostgreSQL looks the filter up for the published relation itself).
 * The filters of all covering publications are ORed; one covering publication without a filter makes them all
   redundant.
 * A publication that publishes UPDATE or DELETE may filter only on replica identity columns.
@@ -44,6 +45,9 @@ class Publication(Protocol):
     def publish_via_partition_root(self) -> bool: ...
     @property
     def defined(self) -> bool: ...
+    @property
+    def has_patterns(self) -> bool: ...
+    def matches(self, table: str) -> bool: ...  # published by pattern (include_tables/exclude_tables)
 
 
 @dataclass(frozen=True)
@@ -97,11 +101,14 @@ class FilterPlan:
             return False
         schema = table.split(".", maxsplit=1)[0]
         return any(
-            p.tables and not p.all_tables and schema not in p.schemas and (p.name, table) not in self._where
+            (p.tables or p.has_patterns)
+            and not p.all_tables
+            and schema not in p.schemas
+            and (p.name, table) not in self._where
             for p in self.publications
         )
 
-    def filters_for(self, table: str, ancestors: Collection[str] = ()) -> RelationFilters:
+    def filters_for(self, table: str, ancestors: Sequence[str] = ()) -> RelationFilters:
         """The filters for ``schema.table`` (``ancestors``: its partition ancestors, when it is a partition)."""
         ops: dict[str, OpFilters] = {}
         uncovered: list[str] = []
@@ -121,7 +128,7 @@ class FilterPlan:
             ops[op] = None if unfiltered or not covered else tuple(filters)
         return RelationFilters(ops["insert"], ops["update"], ops["delete"], tuple(uncovered))
 
-    def copy_filters(self, table: str, ancestors: Collection[str] = ()) -> tuple[ParsedFilter, ...] | None:
+    def copy_filters(self, table: str, ancestors: Sequence[str] = ()) -> tuple[ParsedFilter, ...] | None:
         """The filters a snapshot of ``table`` applies, ORed (None: every row). As PostgreSQL's initial data
         synchronization: every covering publication counts, whatever operations it publishes."""
         filters = []
@@ -134,8 +141,11 @@ class FilterPlan:
             filters.append(parsed)
         return tuple(filters) or None
 
-    def _covers(self, publication: Publication, table: str, ancestors: Collection[str]) -> bool:
+    def _covers(self, publication: Publication, table: str, ancestors: Sequence[str]) -> bool:
         if publication.all_tables or table.split(".", maxsplit=1)[0] in publication.schemas:
+            return True
+        # cdcd adds what a pattern matches but never a partition: its topmost ancestor, if the pattern matches that
+        if publication.matches(ancestors[-1] if ancestors else table):
             return True
         listed = {t.name for t in publication.tables}
         return table in listed or not listed.isdisjoint(ancestors)

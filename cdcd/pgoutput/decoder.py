@@ -11,8 +11,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from cdcd.native import native as _native
 from cdcd.pgoutput.errors import DecodeError
 from cdcd.pgoutput.messages import (
     UNCHANGED_TOAST,
@@ -41,6 +41,9 @@ from cdcd.pgoutput.messages import (
     Type,
     Value,
 )
+
+if TYPE_CHECKING:
+    from cdcd.rowstage import RowStage
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
@@ -190,25 +193,6 @@ def read_tuple(buf: bytes, pos: int, name: str, encoding: str) -> tuple[Row, int
     return tuple(values), pos
 
 
-TupleReader = Callable[[bytes, int, str, str], tuple[Row, int]]
-
-
-def _native_tuple_reader() -> TupleReader | None:
-    """The compiled ``read_tuple`` (UTF-8 only); what it cannot read, the Python one reads or names."""
-    if _native is None:
-        return None
-    fast = _native.read_tuple
-
-    def read(buf: bytes, pos: int, name: str, encoding: str) -> tuple[Row, int]:
-        got: tuple[Row, int] | None = fast(buf, pos)
-        return read_tuple(buf, pos, name, encoding) if got is None else got
-
-    return read
-
-
-_NATIVE_READ_TUPLE = _native_tuple_reader()
-
-
 class Decoder:
     """Stateful decoder for one replication session. Create a new one after reconnecting."""
 
@@ -217,16 +201,16 @@ class Decoder:
         encoding: str = "utf-8",
         *,
         parallel_streaming: bool = False,
-        native: bool = True,
+        stage: RowStage | None = None,
         describe: Callable[[Relation], TableFacts] | None = None,
         labels: Callable[[Type], tuple[str, ...] | None] | None = None,
     ) -> None:
         """``parallel_streaming``: the session asked for streaming = parallel (protocol 4), so every Stream
-        Abort carries the abort LSN and timestamp; otherwise none does. ``native``: read tuples with
-        cdcd._native when it is loaded (False: the Python reference only). ``describe``: the catalog's facts of a
-        table (from the edge), applied to each Relation: its NOT NULL columns, and under REPLICA IDENTITY FULL the
-        primary key as the key columns (without it such tables have none); ``labels``: an enum type's labels,
-        added to its Type message."""
+        Abort carries the abort LSN and timestamp; otherwise none does. ``stage``: the row stage whose reader
+        reads a change's tuples (``cdcd.rowstage.STAGE``; None: the Python reading here). ``describe``: the
+        catalog's facts of a table (from the edge), applied to each Relation: its NOT NULL columns, and under
+        REPLICA IDENTITY FULL the primary key as the key columns (without it such tables have none);
+        ``labels``: an enum type's labels, added to its Type message."""
         self.encoding = encoding
         self.describe = describe
         self.labels = labels
@@ -234,10 +218,7 @@ class Decoder:
         self.relations: dict[int, Relation] = {}
         self.types: dict[int, Type] = {}
         self.in_stream = False
-        utf8 = encoding.replace("-", "").replace("_", "").lower() == "utf8"
-        fast = _NATIVE_READ_TUPLE if native and utf8 else None
-        self._read_tuple: TupleReader = fast or read_tuple
-        self._read_change = _native.read_change if fast and _native else None
+        self._read_change = None if stage is None else stage.change_reader(encoding)
         # Whether changes are read by the compiled code, which reads UTF-8 text only (the lane,
         # ``cdcd.replication.lane``, is taken on this condition too).
         self.compiled = self._read_change is not None
@@ -342,7 +323,7 @@ class Decoder:
             raise DecodeError(name, pos, "truncated: expected a tuple part ('N', 'K' or 'O')")
         old: Row | None = None
         old_is_key = False
-        read = self._read_tuple
+        read = read_tuple
         part = buf[pos]
         if op != "insert" and part in (75, 79):  # 'K' or 'O'
             old_is_key = part == 75

@@ -4,6 +4,9 @@
 one event for the I/O loop to act on:
 
 * ``Write``: hand a committed transaction to the sink, with the changes to write (iterated once);
+* ``Shaped``: whole transactions the compiled lane made into records (``cdcd.replication.lane``, which reads
+  the core through ``between_transactions``, ``relations``, ``growing`` and reports through ``written``,
+  ``encoded``);
 * ``Publish``: hand a non-transactional logical decoding message to the sink;
 * ``Watermark`` / ``SnapshotRequest``: cdcd's own control messages, for the snapshotter;
 * ``StatusRequested``: the server asked for a status update now.
@@ -17,17 +20,18 @@ never past what the sink finished (acknowledged), whatever the server sent.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
 from cdcd.assembly import Assembler
-from cdcd.batches import Buffered, Transaction, observed
+from cdcd.assembly.assembler import Growing
+from cdcd.batches import Buffered, Shaped, Transaction, observed
 from cdcd.filters import RowFilter
 from cdcd.ledger import Ledger
 from cdcd.pgoutput import DecodeError, Decoder
-from cdcd.pgoutput.messages import Change, LogicalMessage, Message, RowChange, StreamAbort
+from cdcd.pgoutput.messages import Change, LogicalMessage, Message, Relation, RowChange, StreamAbort
 from cdcd.snapshot.control import REQUEST_PREFIX, WATERMARK_PREFIX
 from cdcd.source.protocol import (
     XLOGDATA_PAYLOAD_OFFSET,
@@ -68,7 +72,7 @@ class StatusRequested:
 
 
 STATUS_REQUESTED = StatusRequested()
-Event = Write | Publish | Watermark | SnapshotRequest | StatusRequested
+Event = Write | Shaped | Publish | Watermark | SnapshotRequest | StatusRequested
 
 
 class ChangeWatcher(Protocol):
@@ -230,6 +234,37 @@ class ReplicationCore:
         if watcher is not None and watcher.watching:
             return Write(txn, observed(txn.changes(), watcher.observe))
         return Write(txn, txn.changes())
+
+    # -- what the lane (cdcd.replication.lane) reads and reports -----------------------------------------------
+
+    @property
+    def relations(self) -> Mapping[int, Relation]:
+        """The tables of the session as the decoder knows them now, by relation id."""
+        return self.decoder.relations
+
+    def between_transactions(self) -> bool:
+        """No transaction or stream block is open and no snapshot window watches: the lane may start here."""
+        watcher = self.watcher
+        return not (
+            self.assembler.in_transaction or self.decoder.in_stream or (watcher is not None and watcher.watching)
+        )
+
+    def growing(self) -> Growing | None:
+        """The open transaction's growing encoded run (``Assembler.growing``), when the changes arriving now
+        would go to it: its table version is the decoder's, and it grows in this block (a stream's or not)."""
+        growing = self.assembler.growing()
+        if growing is None or growing.room <= 0:
+            return None
+        relation = growing.run.relation
+        if self.decoder.relations.get(relation.relation_id) is not relation:
+            return None
+        return None if (growing.xid is None) == self.decoder.in_stream else growing
+
+    def encoded(self, count: int, nbytes: int, received: int) -> None:
+        """The lane encoded ``count`` changes (``nbytes``) into the ``growing`` run from frames that reported WAL
+        up to ``received``."""
+        self.assembler.took(count, nbytes)
+        self.ledger.received(received)
 
     def written(self, xids: list[int], changes: int, received: int) -> None:
         """Transactions the lane (``cdcd.replication.lane``) took from the frames, in commit order, with

@@ -14,7 +14,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -26,19 +26,24 @@ from cdcd.heartbeat import HeartbeatClock
 from cdcd.ledger import Ledger, Positions
 from cdcd.lsn import format_lsn, pg_now_us
 from cdcd.metrics import State
-from cdcd.native import IMPL
 from cdcd.notify import Notifier
 from cdcd.pgoutput import Decoder
 from cdcd.plan import Plans
 from cdcd.replication.core import Event, Publish, ReplicationCore, Silence, SnapshotRequest, Stats, Watermark, Write
-from cdcd.replication.lane import Lane, Laned, carry_out
+from cdcd.replication.lane import Lane, carry_out
 from cdcd.replication.start import check_timeline, committed_snapshot, resumable, slot_request
+from cdcd.rowstage import IMPL, STAGE
 from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind
 from cdcd.snapshot.meter import SnapshotMeters
+from cdcd.snapshot.notifications import Notices
 from cdcd.snapshot.reader import SnapshotReader
 from cdcd.snapshot.runner import Snapshotter, start_state
+from cdcd.snapshot.signals import SignalSource
 from cdcd.snapshot.state import SnapshotState, StateStore
 from cdcd.source.walsender import SessionInfo, SlotActive, SourceDisconnected, SourceError, Timeouts, Walsender
+
+if TYPE_CHECKING:
+    from cdcd.shaping import EventShaper
 
 log = structlog.get_logger("cdcd.replication")
 
@@ -51,18 +56,30 @@ class _Stopped(Exception):
 
 class ReplicationLoop:
     def __init__(
-        self, settings: Settings, sink: Sink, stop: threading.Event | None = None, notifier: Notifier | None = None
+        self,
+        settings: Settings,
+        sink: Sink,
+        stop: threading.Event | None = None,
+        notifier: Notifier | None = None,
+        *,
+        signals: SignalSource | None = None,
+        shaper: EventShaper | None = None,
     ) -> None:
         self.settings = settings
+        self.signals = signals  # the Kafka signal topic (signals.kafka.topic)
+        self._signals_due = 0.0
         self.notifier = notifier or Notifier(None)
         self.sink = sink
+        self.shaper = shaper  # the sink's shaper (a ShapingSink's), for the compiled lane
         self.stop = stop or threading.Event()
         self.ledger = Ledger()
         self.pool = BufferPool(settings.buffer.memory_limit, settings.buffer.spill_dir)
         self.stats = Stats()
         self.filter_stats = FilterStats()
         self._next_slot_check = 0.0
+        self._next_table_check = 0.0
         self.core: ReplicationCore | None = None
+        self._shaping: ShapingSink | None = None  # the sink as one that takes the lane's Shaped events (_lane)
         self.snapshotter: Snapshotter | None = None
         self.snapshot_rows: Counter[str] = Counter()  # rows snapshotted, by table
         self.meters = SnapshotMeters(settings.snapshot.progress_interval_s)  # kept across reconnects
@@ -192,6 +209,7 @@ class ReplicationLoop:
         if committed is not None:
             self.ledger.resume_at(committed.flush_lsn)
             saved = committed_snapshot(committed, saved, source.slot)
+        signal_offsets = {} if saved is None else saved.signal_offsets  # kept when a lost slot is made anew
         saved = resumable(saved, info, source.slot)
         log.info(
             "connected",
@@ -207,6 +225,7 @@ class ReplicationLoop:
         decoder = Decoder(
             info.encoding,
             parallel_streaming=info.parallel_streaming,
+            stage=STAGE,
             describe=walsender.describe,
             labels=walsender.labels,
         )
@@ -221,11 +240,19 @@ class ReplicationLoop:
             stats=self.stats,
             recent_xids=self._recent_xids,
         )
-        reader = SnapshotReader(source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source))
+        reader = SnapshotReader(
+            source.dsn.get_secret_value(),
+            source.read_password(),
+            source.slot,
+            Timeouts.of(source),
+            STAGE.copy_row_reader(),
+        )
         try:
             self._captured = reader.captured_tables([p.name for p in source.publications])
             created = info.consistent_point if info.slot_created else None
-            state = start_state(saved, source.slot, mode, created, self._captured)
+            new_tables = self.settings.snapshot.new_tables
+            state = start_state(saved, source.slot, mode, created, self._captured, new_tables=new_tables)
+            state.signal_offsets = state.signal_offsets or dict(signal_offsets)
             store.save(state)
             self._save_positions()
             self.snapshotter = core.watcher = Snapshotter(
@@ -240,7 +267,10 @@ class ReplicationLoop:
                 self._count_snapshot_rows,
                 self.meters,
                 save_on_done=not self.sink.transactional,
+                notices=self._notices(),
             )
+            if self.signals is not None:
+                self.signals.start(state.signal_offsets)
             self.state.postgresql_up = True
             self.state.server, self.state.server_version = reader.server(), _version(info.server_version)
             context = SessionContext(
@@ -311,16 +341,54 @@ class ReplicationLoop:
         self.state.phase = "initial snapshot"
         self.sink.start_session(context)
         assert info.exported_snapshot is not None
-        snapshotter.run_initial(info.exported_snapshot, self._snapshot_poll)
+        try:
+            snapshotter.run_initial(info.exported_snapshot, self._snapshot_poll)
+        except _Stopped:
+            self._initial_aborted(snapshotter)
+            raise
         while self.ledger.pending and not self.stop.is_set():
             self.sink.flush(1.0)
+            self._write_notices()
             self._beat()
         if self.stop.is_set():
+            self._initial_aborted(snapshotter)
             return False  # what was acknowledged is saved: a restart resumes after it
         snapshotter.initial_finished()
         point = format_lsn(info.consistent_point or 0)
         log.info("initial snapshot done", rows=self.snapshot_rows.total(), consistent_point=point)
         return True
+
+    def _initial_aborted(self, snapshotter: Snapshotter) -> None:
+        snapshotter.initial_aborted()
+        with contextlib.suppress(_Stopped):  # a sink waiting for Kafka gives up at once: a stop was asked for
+            self._write_notices()
+
+    def _notices(self) -> Notices | None:
+        """Debezium's snapshot notifications, when ``notifications.kafka.topic`` is set and the sink is Kafka's."""
+        if self.settings.notifications.kafka.topic is None or not isinstance(self.sink, ShapingSink):
+            return None
+        return Notices(self.settings.kafka.topic_prefix)
+
+    def _write_notices(self) -> None:
+        """Hand the notifications made since the last call to the sink (never from inside a sink's callback)."""
+        snapshotter, sink = self.snapshotter, self.sink
+        if snapshotter is None or snapshotter.notices is None or not snapshotter.notices.pending:
+            return
+        topic = self.settings.notifications.kafka.topic
+        assert topic is not None
+        assert isinstance(sink, ShapingSink)
+        for notification in snapshotter.notices.take():
+            sink.write_notification(topic, notification, self.ledger)
+
+    def _signals_if_due(self) -> None:
+        """Read the signal topic every ``signals.kafka.poll_interval_s`` and act on what came."""
+        snapshotter, signals = self.snapshotter, self.signals
+        now = time.monotonic()
+        if signals is None or snapshotter is None or now < self._signals_due:
+            return
+        self._signals_due = now + self.settings.signals.kafka.poll_interval_s
+        for record in signals.poll():
+            snapshotter.signal(record, self.settings.kafka.topic_prefix, self._captured)
 
     def _snapshot_hooks(self) -> tuple[Callable[[], dict[str, Any] | None], Callable[[], None]]:
         """For an exactly-once sink: the snapshot state to commit with the data, and what saves it after."""
@@ -351,6 +419,7 @@ class ReplicationLoop:
 
     def _snapshot_poll(self) -> None:
         self.sink.poll()
+        self._write_notices()
         self._beat()
         if self.stop.is_set():
             raise _Stopped
@@ -358,10 +427,11 @@ class ReplicationLoop:
     def _stream(self, walsender: Walsender, core: ReplicationCore) -> None:
         core.next_status = time.monotonic() + core.status_interval_s
         act, sink = self._act, self.sink
-        laned = self._laned(core)
-        if laned is not None:  # a sink that takes what the lane makes takes changes encoded as they arrive too
-            core.assembler.early = laned[0].shaper.early
+        lane = self._lane(core)
+        if lane is not None:  # a sink that takes what the lane makes takes changes encoded as they arrive too
+            core.assembler.early = lane.shaper.early
         heartbeats = self._heartbeats()
+        self._next_table_check = time.monotonic() + self.settings.source.table_check_interval_s
         while not self.stop.is_set():
             now = time.monotonic()
             wait = min(1.0, core.next_status - now, sink.wake_in(), heartbeats.wake_in(now))
@@ -370,12 +440,15 @@ class ReplicationLoop:
                 core.heard(time.monotonic())
             else:
                 self._if_silent(walsender, core)
-            reply = carry_out(frames, core, act, laned)
+            reply = carry_out(frames, core, act, lane)
             sink.poll()
             self._heartbeat_if_due(walsender, heartbeats)
+            self._new_tables_if_due(walsender)
+            self._signals_if_due()
             snapshotter = self.snapshotter
             if snapshotter is not None and snapshotter.pending and sink.in_flight() < SNAPSHOT_BACKPRESSURE:
                 snapshotter.next_chunk(core.recent_xids)
+            self._write_notices()
             self._report(walsender)
             if reply:
                 self._send_status(walsender, core)
@@ -398,6 +471,22 @@ class ReplicationLoop:
             walsender.run_action(query)
         sink.write_heartbeat(heartbeats.beat(time.monotonic(), self.ledger, time.time_ns() // 1_000_000), self.ledger)
 
+    def _new_tables_if_due(self, walsender: Walsender) -> None:
+        """Every ``source.table_check_interval_s``: tables created since that a managed publication captures by
+        pattern (or by schema on PostgreSQL 14) are added to it, and snapshotted with ``snapshot.new_tables``: the
+        rows they got before the ALTER PUBLICATION was decoded are not streamed."""
+        interval, now = self.settings.source.table_check_interval_s, time.monotonic()
+        if not interval or now < self._next_table_check or not walsender.tracks_new_tables:
+            return
+        self._next_table_check = now + interval
+        added = walsender.add_new_tables()
+        if not added:
+            return
+        self._captured = sorted({*self._captured, *added})
+        if self.snapshotter is not None:
+            snapshot = self.settings.snapshot.new_tables and self.settings.snapshot.mode != "never"
+            self.snapshotter.captured_more(added, snapshot)
+
     def _if_silent(self, walsender: Walsender, core: ReplicationCore) -> None:
         """A server silent for half of ``source.receive_timeout_s`` is asked for a keepalive; one silent for all
         of it is gone (a partition, a host that died: TCP alone would wait for minutes)."""
@@ -411,20 +500,22 @@ class ReplicationLoop:
                 f"no message from the server for {core.quiet_for(now):.0f} s (source.receive_timeout_s: {timeout:g})"
             )
 
-    def _laned(self, core: ReplicationCore) -> Laned | None:
-        """The compiled lane (``replication/lane.py``) and what writes what it made, when the sink can take that."""
-        sink = self.sink
-        if isinstance(sink, ShapingSink) and Lane.available(sink.shaper, core.decoder):
-            return Lane(core, sink.shaper, sink.already_written), partial(self._write_shaped, sink)
+    def _lane(self, core: ReplicationCore) -> Lane | None:
+        """The compiled lane (``replication/lane.py``), when the sink can take what it makes (``Shaped``)."""
+        sink, shaper = self.sink, self.shaper
+        if shaper is not None and isinstance(sink, ShapingSink) and Lane.available(shaper, core.decoder):
+            self._shaping = sink  # checked once: isinstance of a Protocol is slow (per Shaped event in _act)
+            return Lane(core, shaper, sink.already_written)
         return None
-
-    def _write_shaped(self, sink: ShapingSink, shaped: Shaped) -> None:
-        sink.write_shaped(shaped, self.ledger)
 
     def _act(self, event: Event) -> bool:
         """Carry out one of the core's events; True when the server asked for a status update."""
         if isinstance(event, Write):
             self.sink.write_transaction(event.transaction, event.changes, self.ledger)
+        elif isinstance(event, Shaped):
+            shaping = self._shaping
+            assert shaping is not None  # the lane runs only for such a sink (_lane)
+            shaping.write_shaped(event, self.ledger)
         elif isinstance(event, Publish):
             self.sink.write_message(event.message, self.ledger)
         elif isinstance(event, Watermark):

@@ -1,4 +1,5 @@
-"""Where committed changes go: JSON lines (``sink/jsonl.py``) or Kafka (``sink/kafka.py``).
+"""Where committed changes go: JSON lines (``sink/jsonl.py``) or Kafka (``sink/kafka.py``, with its transport,
+registry and delivery strategies in their own modules).
 
 A sink reports finished work through ``Ledger`` (synchronously, or from ``poll`` for one that delivers
 asynchronously) and raises from ``poll`` once delivery has failed.
@@ -11,12 +12,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from cdcd.batches import Buffered, Shaped, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, Notification, Shaped, SnapshotBatch, Transaction
 from cdcd.heartbeat import Heartbeat
 from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import LogicalMessage, Type
 from cdcd.plan import Plans
-from cdcd.shaping import EventShaper
 
 
 class SinkFailure(RuntimeError):
@@ -113,9 +113,7 @@ class Sink(Protocol):
 @runtime_checkable
 class ShapingSink(Sink, Protocol):
     """A sink that shapes with ``cdcd.shaping`` (Kafka) also takes transactions the lane shaped already
-    (``cdcd.replication.lane``)."""
-
-    shaper: EventShaper
+    (``cdcd.replication.lane``), with the shaper the pipeline's wiring gave it (``cli.py``)."""
 
     def write_shaped(self, shaped: Shaped, progress: Ledger) -> None:
         """Write the records of ``shaped``, finished once every one is written."""
@@ -125,3 +123,6 @@ class ShapingSink(Sink, Protocol):
 
     def write_heartbeat(self, beat: Heartbeat, progress: Ledger) -> None:
         """Write a heartbeat record (``kafka.heartbeat``), finished once written; it confirms nothing new."""
+
+    def write_notification(self, topic: str, notification: Notification, progress: Ledger) -> None:
+        """Write a snapshot notification (``notifications.kafka``) to ``topic``; it confirms nothing new."""

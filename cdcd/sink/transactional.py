@@ -1,5 +1,6 @@
-"""Exactly-once delivery (``kafka.delivery: exactly_once``): the records of ``cdcd.shaping`` in Kafka
-transactions, each also writing the WAL position it covers to the progress topic (``sink.progress_topic``).
+"""Exactly-once delivery (``kafka.delivery: exactly_once``), the delivery strategy a ``KafkaSink`` holds instead
+of ``AtLeastOnceDelivery`` (``sink/delivery.py``): the records in Kafka transactions, each also writing the WAL
+position it covers to the progress topic (``sink.progress_topic``).
 
 A Kafka transaction holds whole PostgreSQL transactions (one or more: it is committed once
 ``commit_interval_ms`` passed since it began or ``max_messages`` were written, at a PostgreSQL transaction's
@@ -15,22 +16,22 @@ transaction and raises ``SinkRewind``: the loop reconnects and starts again from
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
 
-from cdcd.batches import Buffered, Plain, Shaped, SnapshotBatch, Transaction
-from cdcd.config import KafkaSettings, SchemaRegistrySettings
-from cdcd.heartbeat import Heartbeat
+from cdcd.batches import Plain, Transaction
+from cdcd.config import KafkaSettings
 from cdcd.ledger import Entry, Ledger
-from cdcd.lsn import format_lsn, pg_to_unix_us
-from cdcd.pgoutput.messages import LogicalMessage
+from cdcd.lsn import format_lsn
 from cdcd.shaping import Emit, EmitMany, Headers
 from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
 from cdcd.sink import progress_topic as records
-from cdcd.sink.kafka import KafkaSink, log_wait
+from cdcd.sink.clients import log_wait
+from cdcd.sink.registry import KafkaRegistry
+from cdcd.sink.transport import KafkaTransport, Shape
 
 log = structlog.get_logger("cdcd.sink.kafka")
 
@@ -48,11 +49,13 @@ def _not_started_many(records: list[Plain]) -> None:
     _not_started("", None, None, None)
 
 
-class ExactlyOnceKafkaSink(KafkaSink):
+class ExactlyOnceDelivery:
     transactional = True
 
-    def __init__(self, kafka: KafkaSettings, registry: SchemaRegistrySettings) -> None:
-        super().__init__(kafka, registry)
+    def __init__(self, kafka: KafkaSettings, transport: KafkaTransport, topics: KafkaRegistry) -> None:
+        self.settings = kafka
+        self.transport, self.topics = transport, topics
+        transport.explain = self._explain
         self.options = kafka.exactly_once
         self.progress_topic = kafka.progress_topic
         self.transactional_id = ""
@@ -70,28 +73,16 @@ class ExactlyOnceKafkaSink(KafkaSink):
         self._emit: Emit = _not_started
         self._emit_many: EmitMany = _not_started_many
 
-    def _start_producer(self) -> None:
-        """Made by ``committed``: the transactional.id needs the database system id."""
-
-    def in_flight(self) -> int:
-        return super().in_flight() if hasattr(self, "producer") else 0
-
-    def ready(self) -> bool:
-        return hasattr(self, "producer") and super().ready()
-
     # -- the session's start ----------------------------------------------------------------------
 
-    def committed(
-        self, slot: str, system_id: str, slot_created: bool, keep_alive: Callable[[], None]
-    ) -> Committed | None:
-        self.keep_alive = keep_alive  # a stop request ends a wait for Kafka
-        if not hasattr(self, "producer"):
+    def committed(self, slot: str, system_id: str, slot_created: bool) -> Committed | None:
+        if not self.transport.started:  # made now: its transactional.id needs the database system id
             self._make_transactional(slot, system_id)
         # What the last session left open is aborted, never committed: it comes from a connection that is gone,
         # perhaps to a server since demoted (the promotion check comes after this); the server sends it again.
         self._abort_open("a new replication session starts")
         if self._abort_pending:
-            self._retrying("abort a Kafka transaction", lambda: self.producer.abort_transaction(1.0))
+            self._retrying("abort a Kafka transaction", lambda: self.transport.producer.abort_transaction(1.0))
             self._abort_pending = False
         self.slot, self.system_id = slot, system_id
         found = self._read_progress(slot)
@@ -129,24 +120,24 @@ class ExactlyOnceKafkaSink(KafkaSink):
             try:
                 return records.read_last(self.settings.client_config(), self.progress_topic, slot, _READ_TIMEOUT_S)
             except records.ProgressTopicUnreachable as exc:
-                self._raise_failure()
+                self.transport.raise_failure()
                 logged_at = log_wait("Kafka", "read the progress topic", str(exc), logged_at)
-                self.keep_alive()
+                self.transport.keep_alive()
                 time.sleep(_READ_RETRY_PAUSE_S)  # not a new consumer per millisecond
 
     def _make_transactional(self, slot: str, system_id: str) -> None:
         self.transactional_id = self.options.transactional_id or f"cdcd-{system_id}-{slot}"
         timeout_ms = self.options.transaction_timeout_s * 1000
-        self.producer = self._producer(
+        producer = self.transport.start(
             {
                 "transactional.id": self.transactional_id,
                 "transaction.timeout.ms": timeout_ms,
                 "message.timeout.ms": timeout_ms,  # librdkafka: at most the transaction's timeout
             }
         )
-        self._retrying("initialize Kafka transactions", lambda: self.producer.init_transactions(1.0))
-        self._emit = self._producing(None, None)  # no delivery reports: the commit fails if a message failed
-        self._emit_many = self._producing_many(None, None)
+        self._retrying("initialize Kafka transactions", lambda: producer.init_transactions(1.0))
+        self._emit = self.transport.producing(None, None)  # no delivery reports: the commit fails if one failed
+        self._emit_many = self.transport.producing_many(None, None)
 
     def _progress_topic_missing(self, slot_created: bool) -> None:
         topic = self.progress_topic
@@ -161,93 +152,57 @@ class ExactlyOnceKafkaSink(KafkaSink):
                 f"progress topic {topic} does not exist and kafka.create_topics is off: create it (cleanup.policy="
                 "compact, one partition)"
             )
-        self.create_topic(topic, 1, {"cleanup.policy": "compact", "segment.ms": "3600000"})
+        self.topics.create_topic(topic, 1, {"cleanup.policy": "compact", "segment.ms": "3600000"})
 
     def start_session(self, session: SessionContext) -> None:
-        super().start_session(session)
         self.snapshot_state = session.snapshot_state
         self.snapshot_committed = session.snapshot_committed
-
-    # -- writing ----------------------------------------------------------------------------------
-
-    def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Ledger) -> None:
-        commit_time = pg_to_unix_us(txn.commit_time) / 1e6
-        if txn.commit_lsn <= self._committed.position:
-            for _ in changes:  # in Kafka already; shown to a snapshot window as any transaction written
-                pass
-            progress.seal(progress.open(txn.end_lsn, commit_time))
-            return
-        entry = self._hold(progress.open(txn.end_lsn, commit_time), progress)
-        self.shaper.transaction(txn, changes, self._emit, self._emit_many)
-        self._position = txn.commit_lsn
-        progress.seal(entry)
-        self._commit_if_due()
-
-    def write_shaped(self, shaped: Shaped, progress: Ledger) -> None:
-        entry = self._hold(progress.open(shaped.end_lsn, commit_times=shaped.unix_commit_times()), progress)
-        self._emit_many(shaped.records)
-        self._position = shaped.commit_lsn
-        progress.seal(entry)
-        self._commit_if_due()
 
     def already_written(self) -> int:
         return self._committed.position
 
-    def write_message(self, message: LogicalMessage, progress: Ledger) -> None:
-        if message.lsn <= self._committed.position:
-            progress.seal(progress.open(message.lsn))
-            return
-        entry = self._hold(progress.open(message.lsn), progress)
-        self.shaper.message(message, self._emit)
-        self._position = message.lsn
+    # -- writing ----------------------------------------------------------------------------------
+
+    def write(
+        self, progress: Ledger, entry: Entry, shape: Shape, position: int | None, txn: Transaction | None
+    ) -> None:
+        """In the open Kafka transaction (one is begun if none is), finished when it commits."""
+        self._hold(entry, progress)
+        shape(self._emit, self._emit_many)
+        if position is not None:
+            self._position = position
         progress.seal(entry)
         self._commit_if_due()
 
-    def write_snapshot(self, batch: SnapshotBatch, progress: Ledger) -> None:
-        entry = self._hold(progress.open(batch.lsn, None, batch.done), progress)
-        self.shaper.snapshot(batch, self._emit)
-        progress.seal(entry)
-        self._commit_if_due()
-
-    def write_heartbeat(self, beat: Heartbeat, progress: Ledger) -> None:
-        """In a Kafka transaction like everything else; its entry confirms nothing new (``KafkaSink``'s)."""
-        entry = self._hold(progress.open(progress.flushed_lsn), progress)
-        self.shaper.heartbeat(self.settings.heartbeat_topic, beat, self._emit)
-        progress.seal(entry)
-        self._commit_if_due()
-
-    def _hold(self, entry: Entry, progress: Ledger) -> Entry:
+    def _hold(self, entry: Entry, progress: Ledger) -> None:
         """``entry`` is finished when the Kafka transaction it is written in commits; open one if none is."""
         assert not self._abort_pending, "an interrupted Kafka transaction is aborted before anything is written"
         if self._open_at is None:
-            self._retrying("begin a Kafka transaction", self.producer.begin_transaction)
-            self._open_at, self._opened_with = time.monotonic(), self.produced
+            self._retrying("begin a Kafka transaction", self.transport.producer.begin_transaction)
+            self._open_at, self._opened_with = time.monotonic(), self.transport.produced
         self._progress = progress
         entry.outstanding += 1
         self._held.append(entry)
-        return entry
 
     # -- committing -------------------------------------------------------------------------------
 
     def wake_in(self) -> float:
         if self._open_at is None:
-            return super().wake_in()
+            return self.transport.wake_in()
         return max(0.0, self._open_at + self.options.commit_interval_ms / 1000 - time.monotonic())
 
     def poll(self) -> None:
-        super().poll()
         if self._open_at is not None and self.wake_in() == 0:
             self._commit()
 
-    def flush(self, timeout: float) -> bool:
+    def flush(self) -> None:
         if self._open_at is not None:
             self._commit()
-        return super().flush(timeout)
 
     def _commit_if_due(self) -> None:
         assert self._open_at is not None
         if (
-            self.produced - self._opened_with >= self.options.max_messages
+            self.transport.produced - self._opened_with >= self.options.max_messages
             or time.monotonic() - self._open_at >= self.options.commit_interval_ms / 1000
         ):
             self._commit()
@@ -261,7 +216,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
         held = self._drop_open()
         log.info("aborting the Kafka transaction of an interrupted write", entries=len(held))
         try:
-            self.producer.abort_transaction(_ABORT_TIMEOUT_S)
+            self.transport.producer.abort_transaction(_ABORT_TIMEOUT_S)
         except KafkaException as exc:
             self._abort_pending = True
             log.warning("cannot abort the Kafka transaction now; it is aborted first thing", error=exc.args[0].str())
@@ -272,7 +227,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
             return
         held = self._drop_open()
         log.info("aborting the open Kafka transaction", reason=why, entries=len(held))
-        self._retrying("abort a Kafka transaction", lambda: self.producer.abort_transaction(1.0))
+        self._retrying("abort a Kafka transaction", lambda: self.transport.producer.abort_transaction(1.0))
 
     def _drop_open(self) -> list[Entry]:
         """Forget the open Kafka transaction: its entries leave the ledger and what it wrote is not written."""
@@ -299,7 +254,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
         committed = Committed(flush, self._position, self.snapshot_state())
         key, value = records.encode(self.slot, self.system_id, committed)
         self._emit(self.progress_topic, key, value, None)
-        self._retrying("commit a Kafka transaction", lambda: self.producer.commit_transaction(1.0))
+        self._retrying("commit a Kafka transaction", lambda: self.transport.producer.commit_transaction(1.0))
         self._committed = committed
         self.kafka_transactions += 1
         self._forget_open()
@@ -322,7 +277,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
                 return
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
-            self._raise_failure()
+            self.transport.raise_failure()
             if error.fatal() or error.code() in _FENCED:
                 raise SinkFailure(self._fatal(what, error))
             if error.txn_requires_abort():
@@ -331,7 +286,7 @@ class ExactlyOnceKafkaSink(KafkaSink):
                 raise SinkFailure(f"cannot {what}: {error.str()}")
             # e.g. a broker without a transaction coordinator (transaction.state.log.* above the brokers)
             logged_at = log_wait("Kafka", what, error.str(), logged_at)
-            self.keep_alive()
+            self.transport.keep_alive()
 
     def _fatal(self, what: str, error: KafkaError) -> str:
         if error.code() in _FENCED:
@@ -344,11 +299,10 @@ class ExactlyOnceKafkaSink(KafkaSink):
     def _abort(self, what: str, error: KafkaError) -> None:
         log.warning("Kafka transaction failed; aborting it and starting again from the last commit", error=error.str())
         self._drop_open()
-        self._retrying("abort a Kafka transaction", lambda: self.producer.abort_transaction(1.0))
+        self._retrying("abort a Kafka transaction", lambda: self.transport.producer.abort_transaction(1.0))
         raise SinkRewind(f"cannot {what}: {error.str()}")
 
-    def _client_error(self, error: KafkaError) -> None:
-        # a fatal one only: a non-fatal one comes back from the transaction calls, as abortable, and rewinds
-        if self._failure is None and error.fatal() and error.code() in _FENCED:
-            self._failure = self._fatal("write", error)
-        super()._client_error(error)
+    def _explain(self, error: KafkaError) -> str | None:
+        """A client error that fenced this producer, named (``KafkaTransport.client_error``). A fatal one only: a
+        non-fatal one comes back from the transaction calls, as abortable, and rewinds."""
+        return self._fatal("write", error) if error.fatal() and error.code() in _FENCED else None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from cdcd.native import native as _native
 from cdcd.pgoutput.messages import Row
 
 _ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r", "b": "\b", "f": "\f", "v": "\v"}
@@ -47,16 +46,14 @@ def parse_line(line: str, width: int) -> Row:
     return tuple(map(_field, fields))
 
 
-def row_reader(native: bool = True) -> Callable[[bytes, int], Row]:
-    """``read(data, width)``: the row of one COPY text line as COPY sends it (newline included), by cdcd._native's
-    ``copy_row`` when loaded and wanted; what it leaves (anything unusual), ``parse_line`` reads or refuses."""
-    fast = _native.copy_row if native and _native is not None else None
+RowReader = Callable[[bytes, int], Row]  # read(line with its newline, width): one COPY text row
+
+
+def row_reader() -> RowReader:
+    """``read(data, width)``: the row of one COPY text line as COPY sends it (newline included): the Python
+    specification of the row stage's COPY reader (``cdcd.rowstage``, ``copy_row_reader``)."""
 
     def read(data: bytes, width: int) -> Row:
-        if fast is not None:
-            row: Row | None = fast(data, width)
-            if row is not None:
-                return row
         return parse_line(data[:-1].decode(), width)
 
     return read

@@ -21,7 +21,7 @@ from cdcd.config import SourceSettings
 from cdcd.filters.expr import FilterError, parse_filter
 from cdcd.pgoutput.messages import Column, Relation, Row, Type
 from cdcd.snapshot import control
-from cdcd.snapshot.copy import row_reader
+from cdcd.snapshot.copy import RowReader, row_reader
 from cdcd.snapshot.xids import SnapshotXids
 from cdcd.source.catalog import ancestors, describe_table, enum_labels, index_columns, table_facts
 from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts, connect
@@ -149,7 +149,16 @@ def select_query(
 class SnapshotReader:
     """A regular connection that reads tables for snapshots and writes watermarks."""
 
-    def __init__(self, dsn: str, password: str | None, slot: str, timeouts: Timeouts | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        password: str | None,
+        slot: str,
+        timeouts: Timeouts | None = None,
+        read_row: RowReader | None = None,
+    ) -> None:
+        """``read_row``: the row stage's COPY row reader (``cdcd.rowstage``; None: the Python one)."""
+        self.read_row = read_row or row_reader()
         self.timeouts = timeouts or Timeouts()
         self.conn = connect(dsn, password, self.timeouts)
         self.slot = slot
@@ -180,7 +189,7 @@ class SnapshotReader:
     def rows(self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]:
         """Every row of ``table`` matching ``condition``, in key order, after key ``after``."""
         try:
-            yield from _copy_rows(self.conn, table, select_sql(table, condition, after, None))
+            yield from _copy_rows(self.conn, table, select_sql(table, condition, after, None), self.read_row)
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
         except psycopg.Error as exc:
@@ -240,7 +249,7 @@ class SnapshotReader:
         try:
             xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
             table = describe(conn, name)
-            rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit)))
+            rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit), self.read_row))
             emit(conn, control.WATERMARK_PREFIX, {"slot": self.slot, "id": mark, "mark": "high"})
             # A non-transactional message waits for the WAL writer (up to wal_writer_delay) before the
             # walsender may send it; a commit with an xid and synchronous_commit on flushes it at once.
@@ -258,9 +267,9 @@ class SnapshotReader:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
 
 
-def _copy_rows(conn: Conn, table: SnapshotTable, copy_sql: sql.Composed) -> Iterator[Row]:
+def _copy_rows(conn: Conn, table: SnapshotTable, copy_sql: sql.Composed, read: RowReader) -> Iterator[Row]:
     """The rows ``COPY ... TO STDOUT`` (text format) writes, in pgoutput's text form."""
-    width, read = len(table.relation.columns), row_reader()
+    width = len(table.relation.columns)
     with conn.cursor().copy(copy_sql) as copy:
         for data in copy:
             yield read(bytes(data), width)

@@ -5,12 +5,14 @@ the reader and the sink are passed in.
   slot exported, in chunk-key order, and written before streaming starts at the slot's consistent point.
 * **Incremental** (``next_chunk`` / ``observe`` / ``watermark``): while streaming, one chunk at a time in its own
   transaction, with the DBLog window of ``cdcd.snapshot.window``. Queued by ``cdcd snapshot`` (a request
-  message in the WAL), for tables newly captured since the last start, and for what an interrupted initial
-  snapshot left (its exported snapshot died with the connection).
+  message in the WAL), by a record of the Kafka signal topic (``signal``: execute, stop, pause, resume; its
+  offset is kept in the state, so it is acted on once), for tables newly captured since the last start, and for
+  what an interrupted initial snapshot left (its exported snapshot died with the connection).
 
 Progress is saved when a chunk's rows are acknowledged; the next chunk does not wait for that. While a table
 is read, ``cdcd.snapshot.meter`` counts its rows against the planner's estimate and a progress line is logged
-every ``snapshot.progress_interval_s``.
+every ``snapshot.progress_interval_s``. With ``notices``, Debezium's notifications are made on the way
+(``cdcd.snapshot.notifications``); the loop hands them to the sink.
 """
 
 from __future__ import annotations
@@ -27,8 +29,18 @@ from cdcd.batches import SnapshotBatch
 from cdcd.filters.plan import FilterPlan
 from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, Type
-from cdcd.snapshot import control
+from cdcd.snapshot import control, signals
 from cdcd.snapshot.meter import SnapshotMeters
+from cdcd.snapshot.notifications import Notices
+from cdcd.snapshot.signals import (
+    ExecuteSnapshot,
+    Ignored,
+    PauseSnapshot,
+    ResumeSnapshot,
+    Signal,
+    SignalRecord,
+    StopSnapshot,
+)
 from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
 from cdcd.snapshot.window import ChunkWindow
 from cdcd.snapshot.xids import SnapshotXids
@@ -119,6 +131,9 @@ class Snapshotter:
     # (``saved``), so the state file is never ahead of Kafka
     save_on_done: bool = True
     handed: set[str] = field(default_factory=set)  # ids whose last chunk is handed over
+    notices: Notices | None = None  # Debezium's notifications, when a notification topic is configured
+    announced: set[str] = field(default_factory=set)  # snapshots whose STARTED was considered
+    initial_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # the initial snapshot's notifications
 
     # -- shared -------------------------------------------------------------------------------------
 
@@ -137,6 +152,8 @@ class Snapshotter:
         self, item: TableProgress, last_key: list[str | None] | None, rows: int, final: bool
     ) -> Callable[[], None]:
         def done() -> None:
+            if not any(p is item for p in self.state.queue):
+                return  # stopped by a signal meanwhile
             item.last_key, item.rows, item.chunks = last_key, item.rows + rows, item.chunks + 1
             if final:
                 self.state.finish(item)
@@ -164,6 +181,7 @@ class Snapshotter:
         left = self.reader.estimate(table, condition, after)
         estimated = None if left is None else item.rows + left
         self.meters.start(item.table, item.kind, item.id, estimated=estimated, rows=item.rows, now=time.monotonic())
+        self._announce(item)
         log.info(
             "snapshotting table",
             table=item.table,
@@ -181,6 +199,8 @@ class Snapshotter:
         meter = self.meters.add(item.table, rows, now)
         if meter is not None:
             log.info("snapshot progress", id=item.id, **meter.view(now))
+            if item.kind == "initial" and self.notices is not None:
+                self.notices.initial(self.initial_id, "IN_PROGRESS", self._initial_progress(item, meter.rows))
 
     def _learn(self, table: Table) -> None:
         for t in table.types:
@@ -197,11 +217,15 @@ class Snapshotter:
         first = True
         start = time.monotonic()
         total = 0
+        if self.notices is not None:
+            self.notices.initial(self.initial_id, "STARTED")
         for item in [p for p in self.state.queue if p.kind == "initial"]:
             table = self.reader.describe(item.table)
             self._learn(table)
             condition = self.condition(item, table)
             self._begin(item, table, condition, item.last_key)
+            if self.notices is not None:
+                self.notices.initial(self.initial_id, "IN_PROGRESS", self._initial_progress(item, item.rows))
             for rows, final in _chunks(self.reader.rows(table, condition, item.last_key), self.chunk_size):
                 if held is not None:
                     self._write_initial(*held, lsn, first=first, last=False, final=held[0] is not item)
@@ -212,6 +236,7 @@ class Snapshotter:
                 self._count(item, len(rows))
                 if not final:
                     poll()
+            self._table_done(item)  # every row read (the last batch is written with the next table's first)
             if held is None or held[0] is not item:  # an empty table is finished at once
                 self._saved(item, item.last_key, 0, True)()
         if held is not None:
@@ -249,16 +274,80 @@ class Snapshotter:
         self.reader.end_transaction()
         self.state.initial = "done"
         self.store.save(self.state)
+        if self.notices is not None:
+            self.notices.initial(self.initial_id, "COMPLETED")
+
+    def initial_aborted(self) -> None:
+        """A stop came before the initial snapshot finished (a restart continues it incrementally)."""
+        if self.notices is not None:
+            self.notices.initial(self.initial_id, "ABORTED")
+
+    def _initial_progress(self, item: TableProgress, rows: int) -> dict[str, str]:
+        tables = [p.table for p in self.state.queue if p.kind == "initial"]
+        data = {"current_collection_in_progress": item.table, "data_collections": ",".join(tables)}
+        meter = self.meters.tables.get(item.table)
+        data["total_rows_scanned"] = str(rows)
+        if meter is not None and meter.estimated is not None:
+            data["estimated_rows"] = str(meter.estimated)
+        return data
+
+    # -- notifications --------------------------------------------------------------------------------
+
+    def _tables_of(self, snapshot: str) -> list[str]:
+        """The tables of ``snapshot`` still to read (their last chunk not handed over)."""
+        return [p.table for p in self.state.queue if p.snapshot == snapshot and p.id not in self.handed]
+
+    def _rows(self, item: TableProgress) -> int:
+        """Rows of ``item`` handed over so far (its meter counts them as they go; the state, once acknowledged)."""
+        meter = self.meters.tables.get(item.table)
+        return meter.rows if meter is not None and meter.id == item.id else item.rows
+
+    def _announce(self, item: TableProgress) -> None:
+        """STARTED, when the first table of an incremental snapshot begins (not again when it resumes)."""
+        if self.notices is None or item.kind != "incremental" or item.snapshot in self.announced:
+            return
+        self.announced.add(item.snapshot)
+        if item.rows == 0 and item.last_key is None:
+            self.notices.started(item.snapshot, self._tables_of(item.snapshot))
+
+    def _table_done(self, item: TableProgress, status: str | None = None) -> None:
+        """The last rows of ``item`` are read (initial) or handed to the sink (incremental), or it cannot be read:
+        TABLE_SCAN_COMPLETED, and COMPLETED after its snapshot's last table. Told then, not once acknowledged, so
+        they come in Debezium's order (before the next table's IN_PROGRESS)."""
+        if self.notices is None:
+            return
+        rows = self._rows(item)
+        status = status or ("SUCCEEDED" if rows else "EMPTY")
+        if item.kind == "initial":
+            data = {"scanned_collection": item.table, "total_rows_scanned": str(rows), "status": status}
+            self.notices.initial(self.initial_id, "TABLE_SCAN_COMPLETED", data)
+            return
+        remaining = [t for t in self._tables_of(item.snapshot) if t != item.table]
+        self.notices.table_done(item.snapshot, [item.table, *remaining], item.table, rows, status)
+        if not remaining:
+            self.notices.completed(item.snapshot)
+
+    def _chunk_notice(self, item: TableProgress, last_key: list[str | None] | None) -> None:
+        if self.notices is None:
+            return
+        meter = self.meters.tables.get(item.table)
+        estimated = meter.estimated if meter is not None and meter.id == item.id else None
+        tables = self._tables_of(item.snapshot)
+        self.notices.in_progress(
+            item.snapshot, tables, item.table, last_key, rows=self._rows(item), estimated=estimated
+        )
 
     # -- incremental ----------------------------------------------------------------------------------
 
     @property
     def pending(self) -> bool:
-        return self.window is not None or any(p.id not in self.handed for p in self.state.queue)
+        if self.window is not None:
+            return True
+        return not self.state.paused and any(p.id not in self.handed for p in self.state.queue)
 
     def next_chunk(self, recent_xids: Sequence[int]) -> None:
         """Read the next chunk of the first queued table unless one is in flight."""
-        if self.window is not None:
+        if self.window is not None or self.state.paused:
             return
         item = next((p for p in self.state.queue if p.id not in self.handed), None)
         if item is None:
@@ -277,6 +366,7 @@ class Snapshotter:
                 "cannot snapshot a table without a primary key or replica identity index incrementally; skipped",
                 table=item.table,
             )
+            self._table_done(item, "NO_PRIMARY_KEY")
             self.state.finish(item)
             self.store.save(self.state)
             return
@@ -325,7 +415,9 @@ class Snapshotter:
         batch = SnapshotBatch(current.relation, rows, message.lsn, time.time_ns() // 1000, "incremental", done=done)
         self.sink.write_snapshot(batch, self.ledger)
         self._count(item, len(rows))
+        self._chunk_notice(item, current.last_key)
         if current.final:
+            self._table_done(item)
             self.handed.add(item.id)  # stays queued until acknowledged; the next table goes on meanwhile
 
     def reset(self) -> None:
@@ -353,6 +445,84 @@ class Snapshotter:
             self.store.save(self.state)
             log.info("incremental snapshot queued", table=table, where=item.where, id=item.id)
 
+    def captured_more(self, tables: Sequence[str], snapshot: bool) -> None:
+        """Tables newly captured while streaming (added to a publication by pattern): known from now on, and queued
+        for an incremental snapshot when ``snapshot`` (``snapshot.new_tables``)."""
+        self.state.known_tables = sorted({*self.state.known_tables, *tables})
+        for table in tables:
+            if snapshot and self.state.enqueue(TableProgress(table, "incremental")):
+                log.info("table newly captured: queued for an incremental snapshot", table=table)
+        self.store.save(self.state)
+
+    # -- signals (the Kafka signal topic) --------------------------------------------------------------
+
+    def signal(self, record: SignalRecord, name: str, captured: Sequence[str]) -> None:
+        """Act on a record of the signal topic, once: the offset after it goes into the state with what it did
+        (committed with the data by an exactly-once sink, saved in the state file at once otherwise)."""
+        parsed = signals.parse(record.key, record.value, name, f"signal-{record.partition}-{record.offset}")
+        self.state.signal_offsets[str(record.partition)] = record.offset + 1
+        where = {"partition": record.partition, "offset": record.offset}
+        if isinstance(parsed, Ignored):
+            (log.info if parsed.elsewhere else log.warning)("signal record skipped", reason=parsed.reason, **where)
+        else:
+            log.info("signal received", type=type(parsed).__name__, id=parsed.id, **where)
+            self._act(parsed, captured)
+        self.store.save(self.state)
+
+    def _act(self, signal: Signal, captured: Sequence[str]) -> None:
+        if isinstance(signal, ExecuteSnapshot):
+            self._execute(signal, captured)
+        elif isinstance(signal, StopSnapshot):
+            self._stop(signal)
+        elif isinstance(signal, PauseSnapshot | ResumeSnapshot):
+            self._pause(isinstance(signal, PauseSnapshot))
+        else:
+            log.info("signal log message", message=signal.message, id=signal.id)
+
+    def _execute(self, signal: ExecuteSnapshot, captured: Sequence[str]) -> None:
+        for pattern in signal.collections:
+            if not signals.select([pattern], captured):
+                log.error("execute-snapshot names no table cdcd captures", data_collection=pattern, id=signal.id)
+        for table in signals.select(signal.collections, captured):
+            where = signals.condition_for(table, signal.conditions)
+            item = TableProgress(table, "incremental", where, group=signal.id)
+            if self.state.enqueue(item):
+                log.info("incremental snapshot queued", table=table, where=where, id=item.id, signal=signal.id)
+            else:
+                log.info("an incremental snapshot of this table and condition is queued already", table=table)
+
+    def _stop(self, signal: StopSnapshot) -> None:
+        queue = self.state.queue
+        stopped = [p for p in queue if not signal.collections or signals.select(signal.collections, [p.table])]
+        if not stopped:
+            log.info("stop-snapshot: no incremental snapshot to stop", id=signal.id)
+            return
+        for item in stopped:
+            self.state.finish(item)  # as finished: a `cdcd snapshot` request the stream sends again stays done
+        if self.window is not None and any(self.window.progress is s for s in stopped):
+            self.window = None  # its high watermark is ignored when it comes
+        for item in stopped:
+            self.handed.discard(item.id)
+            self.cursors.pop(item.id, None)
+            meter = self.meters.tables.get(item.table)
+            if meter is not None and meter.id == item.id:
+                del self.meters.tables[item.table]
+            log.info("incremental snapshot stopped", table=item.table, id=item.id, rows=item.rows, signal=signal.id)
+        if self.notices is not None:
+            for snapshot in dict.fromkeys(p.snapshot for p in stopped):
+                self.notices.aborted(snapshot, [p.table for p in stopped if p.snapshot == snapshot])
+
+    def _pause(self, pause: bool) -> None:
+        if self.state.paused == pause:
+            log.info("incremental snapshots are already " + ("paused" if pause else "running"))
+            return
+        self.state.paused = pause
+        log.info("incremental snapshots " + ("paused" if pause else "resumed"), queued=len(self.state.queue))
+        if self.notices is not None:
+            tell = self.notices.paused if pause else self.notices.resumed
+            for snapshot in dict.fromkeys(p.snapshot for p in self.state.queue):
+                tell(snapshot, self._tables_of(snapshot))
+
 
 def _chunks(rows: Iterator[Row], size: int) -> Iterator[tuple[list[Row], bool]]:
     """``rows`` in lists of ``size``; the flag tells whether it is the last list."""
@@ -367,14 +537,21 @@ def _chunks(rows: Iterator[Row], size: int) -> Iterator[tuple[list[Row], bool]]:
 
 
 def start_state(
-    state: SnapshotState | None, slot: str, mode: str, created: int | None, captured: Sequence[str]
+    state: SnapshotState | None,
+    slot: str,
+    mode: str,
+    created: int | None,
+    captured: Sequence[str],
+    *,
+    new_tables: bool = True,
 ) -> SnapshotState:
     """What to snapshot at start. ``created``: the consistent point of a slot created now (None: it existed).
 
     A new slot (in modes initial, initial_only, when_needed) gets an initial snapshot of every captured table.
     An existing slot resumes what was saved: an initial snapshot that did not finish continues as incremental
     chunks after its last saved key (its exported snapshot is gone, the stream restarts at its consistent
-    point). Tables captured since the last start get incremental snapshots (modes initial and when_needed).
+    point). Tables captured since the last start get incremental snapshots (modes initial and when_needed, unless
+    ``new_tables`` is off).
     """
     snapshots = mode != "never"
     if created is not None:
@@ -402,7 +579,7 @@ def start_state(
             )
     if state.initial == "running":
         state.initial = "done"
-    if mode in ("initial", "when_needed"):
+    if mode in ("initial", "when_needed") and new_tables:
         for table in captured:
             if table not in state.known_tables and state.enqueue(TableProgress(table, "incremental")):
                 log.info("table newly captured: queued for an incremental snapshot", table=table)

@@ -34,6 +34,12 @@ class TableProgress:
     rows: int = 0
     chunks: int = 0
     resumed_initial: bool = False  # what an interrupted initial snapshot left, continued incrementally
+    group: str | None = None  # the snapshot it is part of (a signal's id), when not a snapshot of its own
+
+    @property
+    def snapshot(self) -> str:
+        """The id of the snapshot it is part of: what its notifications carry."""
+        return self.group or self.id
 
 
 @dataclass
@@ -45,6 +51,8 @@ class SnapshotState:
     queue: list[TableProgress] = field(default_factory=list)  # unfinished snapshots, in order
     known_tables: list[str] = field(default_factory=list)  # captured tables seen at the last start
     finished: list[str] = field(default_factory=list)  # ids of finished snapshots (latest 100)
+    paused: bool = False  # incremental snapshots paused by a signal (pause-snapshot until resume-snapshot)
+    signal_offsets: dict[str, int] = field(default_factory=dict)  # signal topic partition -> next offset to act on
 
     def enqueue(self, progress: TableProgress) -> bool:
         """Queue a snapshot unless the same table with the same condition is already queued."""

@@ -5,7 +5,10 @@
 * ``sync_publications``: with ``source.manage_publications``, create or alter each defined publication to match
   the config, row filters included on PostgreSQL 15+ (``filters.push_down``). Run in one transaction, and only
   after the filters passed their checks, so cdcd never writes a filter that would make the application's
-  UPDATE or DELETE fail.
+  UPDATE or DELETE fail. Tables captured by pattern (``include_tables``/``exclude_tables``), and on PostgreSQL 14
+  by schema, are listed as they are then.
+* ``add_new_tables``: while streaming, the tables such a publication captures that appeared since (found when
+  ``tables_fingerprint`` changes), added to it.
 * ``ancestors``: a partition's ancestors, looked up while streaming when they decide which filters apply.
 * ``table_facts``, ``enum_labels``: what pgoutput does not send of a table (primary key, NOT NULL columns) and of
   an enum type (its labels), looked up when the Relation or Type message arrives.
@@ -191,13 +194,105 @@ def _sync(conn: Conn, publication: Publication, push_down: bool) -> None:
 
 def _targets(conn: Conn, publication: Publication, with_filters: bool) -> sql.Composable | None:
     """``TABLE a [WHERE (..)], b, TABLES IN SCHEMA s, t``: the grammar both 14 (tables only) and 15+ accept."""
+    version = conn.info.server_version
     tables = list(publication.tables)
-    schemas: list[str] = []
-    if conn.info.server_version >= 150000:
-        schemas = publication.schemas
-    else:
-        tables += _schema_tables(conn, publication)
+    schemas = publication.schemas if version >= 150000 else []
+    if tracks_new_tables(publication, version):
+        implied = implied_tables(publication, candidate_tables(conn), version)
+        tables += [TableRef(name=name) for name in implied]
+        log.info(
+            "tables captured by pattern (or, on PostgreSQL 14, by schema) listed in the publication",
+            publication=publication.name,
+            tables=len(implied),
+        )
     return _objects([_table(t, with_filters) for t in tables], schemas)
+
+
+# The tables a pattern (or, on 14, a schema) can capture: ordinary and partitioned tables, permanent (PostgreSQL
+# publishes no temporary or unlogged table), no partition (published through its root), in no system schema.
+_CANDIDATES = (
+    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE c.relkind IN ('r', 'p') AND c.relpersistence = 'p' AND NOT c.relispartition"
+    " AND n.nspname <> 'information_schema' AND n.nspname !~ '^pg_'"
+)
+
+
+def candidate_tables(conn: Conn) -> list[str]:
+    """``schema.table`` of every table a pattern may capture (a name holding a dot cannot be written so: left out)."""
+    rows = conn.execute("SELECT n.nspname, c.relname" + _CANDIDATES + " ORDER BY 1, 2").fetchall()
+    return [f"{schema}.{table}" for schema, table in rows if "." not in schema + table]
+
+
+def tables_fingerprint(conn: Conn) -> tuple[int, int]:
+    """A cheap digest of the candidate tables (count, and a sum of hashes of oid and name): it changes when one is
+    created, dropped, renamed or moved to another schema, so the list is read only then."""
+    row = conn.execute(
+        "SELECT count(*), coalesce(sum(hashtext(c.oid::text || ' ' || n.nspname || '.' || c.relname)), 0)" + _CANDIDATES
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def tracks_new_tables(publication: Publication, server_version: int) -> bool:
+    """Whether cdcd keeps the publication's table list itself: it captures tables by pattern, or by schema on
+    PostgreSQL 14 (15+ publishes a schema's tables, later ones included, with FOR TABLES IN SCHEMA)."""
+    return publication.has_patterns or (server_version < 150000 and bool(publication.schemas))
+
+
+def implied_tables(publication: Publication, candidates: Sequence[str], server_version: int) -> list[str]:
+    """The candidate tables the publication captures beyond those it lists: those its patterns match (outside
+    its schemas) and, on PostgreSQL 14, its schemas' tables."""
+    listed = {t.name for t in publication.tables}
+    native_schemas = server_version >= 150000
+    implied = []
+    for name in candidates:
+        if name in listed:
+            continue
+        in_schema = name.split(".", maxsplit=1)[0] in publication.schemas
+        if (in_schema and not native_schemas) or (not in_schema and publication.matches(name)):
+            implied.append(name)
+    return implied
+
+
+def add_new_tables(conn: Conn, publications: Sequence[Publication]) -> list[str]:
+    """Add to each publication cdcd keeps the list of (``tracks_new_tables``) the tables it captures but does not
+    hold yet (created, renamed or moved since): the tables added. Changes are streamed from the point each
+    ALTER PUBLICATION is decoded on; a table dropped meanwhile is passed over."""
+    version = conn.info.server_version
+    kept = [p for p in publications if tracks_new_tables(p, version)]
+    if not kept:
+        return []
+    candidates = candidate_tables(conn)
+    added: set[str] = set()
+    for publication in kept:
+        held = set(_published_tables(conn, publication.name))
+        for name in implied_tables(publication, candidates, version):
+            if name not in held and _add_table(conn, publication.name, name):
+                added.add(name)
+                log.info("table added to the publication", publication=publication.name, table=name)
+    return sorted(added)
+
+
+def _published_tables(conn: Conn, publication: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT n.nspname || '.' || c.relname FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid"
+        " JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s",
+        [publication],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _add_table(conn: Conn, publication: str, table: str) -> bool:
+    """ALTER PUBLICATION .. ADD TABLE; False when the table is gone or already there (a concurrent change)."""
+    try:
+        conn.execute(
+            sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                sql.Identifier(publication), sql.Identifier(*_split(table))
+            )
+        )
+    except (psycopg.errors.UndefinedTable, psycopg.errors.DuplicateObject):
+        return False
+    return True
 
 
 def _table(table: TableRef, with_filter: bool) -> sql.Composable:
@@ -216,25 +311,6 @@ def _objects(tables: list[sql.Composable], schemas: list[str]) -> sql.Composable
     if schemas:
         parts.append(sql.SQL("TABLES IN SCHEMA {}").format(sql.SQL(", ").join(map(sql.Identifier, schemas))))
     return sql.SQL(", ").join(parts) if parts else None
-
-
-def _schema_tables(conn: Conn, publication: Publication) -> list[TableRef]:
-    """PostgreSQL 14 has no FOR TABLES IN SCHEMA: publish the schema's tables as they are now."""
-    if not publication.schemas:
-        return []
-    rows = conn.execute(
-        "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1",
-        [publication.schemas],
-    ).fetchall()
-    log.warning(
-        "PostgreSQL 14 has no FOR TABLES IN SCHEMA: publishing the schemas' current tables; tables"
-        " created later are added when cdcd restarts",
-        publication=publication.name,
-        schemas=publication.schemas,
-        tables=len(rows),
-    )
-    return [TableRef(name=r[0]) for r in rows]
 
 
 def _for(targets: sql.Composable | None) -> sql.Composable:

@@ -9,7 +9,7 @@ import psycopg
 
 from cdcd.config import ConfigError, SourceSettings
 from cdcd.source import failover
-from cdcd.source.catalog import prepare_filters
+from cdcd.source.catalog import candidate_tables, implied_tables, prepare_filters
 from cdcd.source.walsender import SourceDisconnected, SourceError, connect, first_line
 
 
@@ -82,6 +82,10 @@ def _publications(conn: psycopg.Connection[Any], settings: SourceSettings) -> li
             problems.append(f"publication {publication.name!r} does not exist (create it or set manage_publications)")
         for table in publication.tables:
             problems.extend(_table(conn, table.name))
+        if settings.manage_publications and publication.has_patterns:
+            # the tables its patterns match now: cdcd adds them to the publication when it starts
+            for name in implied_tables(publication, candidate_tables(conn), conn.info.server_version):
+                problems.extend(_table(conn, name))
     names = [p.name for p in settings.publications]
     for table, schema_usage, select in conn.execute(_PRIVILEGES, [names]).fetchall():
         if not schema_usage:

@@ -28,11 +28,14 @@ from cdcd.pgoutput.messages import Relation, TableFacts, Type
 from cdcd.secrets import redact
 from cdcd.source.catalog import (
     PublicationError,
+    add_new_tables,
     ancestors,
     enum_labels,
     prepare_filters,
     sync_publications,
     table_facts,
+    tables_fingerprint,
+    tracks_new_tables,
 )
 from cdcd.source.failover import SlotSync, failover_wanted, read_slot_sync
 from cdcd.source.protocol import protocol_version_for, quote_ident, start_replication_command
@@ -165,6 +168,35 @@ def connect(
         raise SourceDisconnected(f"cannot connect to PostgreSQL: {redact(first_line(exc))}") from None
 
 
+class _Connecting:
+    """``connect(...)`` in a thread of its own: the connection (or what it raised) when ``result`` is asked."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._made: psycopg.Connection[Any] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._connect, args=args, kwargs=kwargs, name="connect", daemon=True)
+        self._thread.start()
+
+    def _connect(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            self._made = connect(*args, **kwargs)
+        except BaseException as exc:  # handed to the thread that asks for the result
+            self._error = exc
+
+    def result(self) -> psycopg.Connection[Any]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._made is not None
+        return self._made
+
+    def discard(self) -> None:
+        """Not wanted after all: closed once made (a failure to make it is of no interest then)."""
+        self._thread.join()
+        if self._made is not None:
+            self._made.close()
+
+
 def _shut_down(fd: int) -> None:
     try:
         with socket.socket(fileno=os.dup(fd)) as sock:
@@ -187,6 +219,7 @@ class Walsender:
         self._admin: psycopg.Connection[Any] | None = None
         self._repl: psycopg.Connection[Any] | None = None
         self._timeouts = Timeouts.of(settings, statements=True)
+        self._tables_seen: tuple[int, int] | None = None  # tables_fingerprint when the publications were kept
 
     def __enter__(self) -> Walsender:
         return self
@@ -209,11 +242,16 @@ class Walsender:
         ``replace_lost``: drop and recreate a slot PostgreSQL invalidated (its WAL is gone). ``must_exist``: the
         reason the slot should exist (a missing one is then an error, not created)."""
         password = self.settings.read_password()
-        self._admin = admin = connect(self._dsn, password, self._timeouts)
-        server_version = admin.info.server_version
-        encoding = wire_encoding(admin.info.parameter_status("server_encoding") or "UTF8")
-        plan = self._prepare_publications(admin)
-        self._repl = connect(self._dsn, password, Timeouts.of(self.settings), replication="database")
+        replication = _Connecting(self._dsn, password, Timeouts.of(self.settings), replication="database")
+        try:  # the replication connection is made while the catalog connection checks the publications
+            self._admin = admin = connect(self._dsn, password, self._timeouts)
+            server_version = admin.info.server_version
+            encoding = wire_encoding(admin.info.parameter_status("server_encoding") or "UTF8")
+            plan = self._prepare_publications(admin)
+        except BaseException:
+            replication.discard()
+            raise
+        self._repl = replication.result()
         system = self._command("IDENTIFY_SYSTEM")
         created = self._ensure_slot(admin, server_version, export_snapshot, replace_lost, must_exist)
         proto = self.settings.protocol_version
@@ -258,6 +296,7 @@ class Walsender:
             log.warning(warning)
         if self.settings.manage_publications:
             try:
+                self._tables_seen = tables_fingerprint(admin)  # before the tables are listed: none is missed
                 sync_publications(admin, self.settings.publications, self.push_down)
             except PublicationError as exc:
                 raise SourceError(str(exc)) from None
@@ -288,6 +327,33 @@ class Walsender:
                 return query(self._admin)
         except psycopg.Error as exc:
             raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
+
+    @property
+    def tracks_new_tables(self) -> bool:
+        """cdcd keeps the table list of a managed publication (patterns, or schemas on PostgreSQL 14)."""
+        if self._admin is None or not self.settings.manage_publications:
+            return False
+        version = self._admin.info.server_version
+        return any(tracks_new_tables(p, version) for p in self.settings.publications)
+
+    def add_new_tables(self) -> list[str]:
+        """Tables created (renamed, moved) since the last look that the managed publications capture, added to them
+        now. The catalog's tables are listed only when their fingerprint changed. A table the server refuses to
+        add (e.g. not owned by cdcd's role) stops cdcd, as it would at start."""
+        if self._admin is None:
+            raise SourceDisconnected("catalog connection is not open")
+        try:
+            with self._timeouts.deadline(self._admin):
+                seen = tables_fingerprint(self._admin)
+                if seen == self._tables_seen:
+                    return []
+                added = add_new_tables(self._admin, self.settings.publications)
+        except psycopg.OperationalError as exc:
+            raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot add a new table to the publications: {first_line(exc)}") from None
+        self._tables_seen = seen
+        return added
 
     def run_action(self, query: str) -> None:
         """Run the heartbeat's action query (``kafka.heartbeat.action_query``) on the catalog connection, within

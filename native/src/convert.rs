@@ -6,10 +6,10 @@
 //! reference's arithmetic exactly (no range checks the reference does not make, none it makes skipped).
 
 use crate::avro;
+use crate::frame::PG_EPOCH_OFFSET_US;
 
 const US_PER_DAY: i64 = 86_400_000_000;
 const PG_EPOCH_DAYS: i64 = 10_957;
-const PG_EPOCH_OFFSET_US: i64 = PG_EPOCH_DAYS * US_PER_DAY;
 
 /// Which conversion a column takes (the codes `cdcd.native` assigns).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +34,21 @@ pub enum Kind {
     Decimal(u32), // numeric(p, s): the scale
     /// A one-dimensional array (lower bound 1) of an element kind: `code | param << 8` of the element.
     Array(u32),
+    // Debezium's type map (`cdcd.avro.debezium`), each cdcd's conversion followed by Debezium's form:
+    /// timestamptz as `io.debezium.time.ZonedTimestamp` text with this many fraction digits
+    ZonedTimestamp(u32),
+    /// timestamp as `MicroTimestamp` (µs, the JDBC driver's infinities)
+    MicroTimestamp,
+    /// timestamp(0-3) as `Timestamp` (ms)
+    MilliTimestamp,
+    /// time(0-3) as `Time` (ms)
+    MilliTime,
+    /// interval as `MicroDuration` (binary form only)
+    MicroDuration,
+    /// numeric(p, s) as Kafka Connect's Decimal (Java's shortest two's complement): the scale
+    ConnectDecimal(u32),
+    /// numeric without a typmod as the `VariableScaleDecimal` record (text form only)
+    VariableScaleDecimal,
 }
 
 impl Kind {
@@ -60,6 +75,13 @@ impl Kind {
             18 if Kind::from_code(param & 0xff, param >> 8).is_some_and(|k| !matches!(k, Kind::Array(_))) => {
                 Kind::Array(param)
             }
+            19 if param <= 6 => Kind::ZonedTimestamp(param),
+            20 => Kind::MicroTimestamp,
+            21 => Kind::MilliTimestamp,
+            22 => Kind::MilliTime,
+            23 => Kind::MicroDuration,
+            24 if param <= 1000 => Kind::ConnectDecimal(param),
+            25 => Kind::VariableScaleDecimal,
             _ => return None,
         })
     }
@@ -190,7 +212,118 @@ pub fn text(kind: Kind, s: &str, out: &mut Vec<u8>) -> bool {
             None => return false,
         },
         Kind::Array(param) => return text_array(Kind::element(param), b, out),
+        Kind::ZonedTimestamp(_) | Kind::MicroTimestamp | Kind::MilliTimestamp => {
+            match timestamp(b, matches!(kind, Kind::ZonedTimestamp(_))) {
+                Some(us) => return debezium_timestamp(kind, us, out),
+                None => return false,
+            }
+        }
+        Kind::MilliTime => match time_of_day(b) {
+            Some(us) => avro::long(out, us.div_euclid(1000)),
+            None => return false,
+        },
+        Kind::ConnectDecimal(scale) => match decimal(b, scale) {
+            Some(n) => avro::bytes(out, &java_decimal(n)),
+            None => return false,
+        },
+        Kind::VariableScaleDecimal => return variable_scale_decimal(b, out),
+        Kind::MicroDuration => return false,
     }
+    true
+}
+
+/// A timestamp's µs (cdcd's conversion) in Debezium's form of ``kind``.
+fn debezium_timestamp(kind: Kind, us: i64, out: &mut Vec<u8>) -> bool {
+    const POSITIVE_INFINITY: i64 = 9_223_372_036_825_200_000;
+    const NEGATIVE_INFINITY: i64 = -9_223_372_036_832_400_000;
+    let jdbc = match us {
+        i64::MAX => POSITIVE_INFINITY,
+        i64::MIN => NEGATIVE_INFINITY,
+        _ => us,
+    };
+    match kind {
+        Kind::ZonedTimestamp(digits) => avro::bytes(out, zoned_timestamp(us, digits).as_bytes()),
+        Kind::MicroTimestamp => avro::long(out, jdbc),
+        _ => avro::long(out, jdbc.div_euclid(1000)),
+    }
+    true
+}
+
+/// `cdcd.avro.debezium.zoned_timestamp`: ISO-8601 in UTC with ``digits`` fraction digits.
+fn zoned_timestamp(us: i64, digits: u32) -> String {
+    match us {
+        i64::MAX => return "infinity".to_owned(),
+        i64::MIN => return "-infinity".to_owned(),
+        _ => {}
+    }
+    let (days, tod) = (us.div_euclid(US_PER_DAY), us.rem_euclid(US_PER_DAY));
+    let (year, month, day) = civil_from_days(days);
+    let (secs, frac) = (tod / 1_000_000, tod % 1_000_000);
+    let year = match year {
+        0..=9999 => format!("{year:04}"),
+        y if y > 0 => format!("+{y}"),
+        y => format!("-{:04}", -y),
+    };
+    let mut text = format!(
+        "{year}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    );
+    if digits > 0 {
+        let fraction = format!(".{frac:06}");
+        text.push_str(&fraction[..digits as usize + 1]);
+    }
+    text.push('Z');
+    text
+}
+
+/// (year, month, day) of a day count since 1970-01-01 (`cdcd.avro.debezium.civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+/// Java's BigInteger.toByteArray: the shortest two's complement (-128 is one byte).
+fn java_decimal(n: i128) -> Vec<u8> {
+    let magnitude = if n >= 0 { n } else { !n };
+    let bits = 128 - magnitude.leading_zeros() as usize;
+    n.to_be_bytes()[16 - (bits + 8) / 8..].to_vec()
+}
+
+/// `cdcd.avro.debezium.variable_scale_decimal` of a numeric's text form: `{scale, value}`, the fraction's
+/// trailing zeros dropped; NaN and the infinities (null) are the reference's.
+fn variable_scale_decimal(b: &[u8], out: &mut Vec<u8>) -> bool {
+    let (neg, body) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    let (whole, fraction) = match body.iter().position(|&c| c == b'.') {
+        Some(dot) => (&body[..dot], &body[dot + 1..]),
+        None => (body, &body[body.len()..]),
+    };
+    let keep = fraction.iter().rposition(|&c| c != b'0').map_or(0, |i| i + 1);
+    let fraction = &fraction[..keep];
+    if whole.is_empty() || !whole.iter().chain(fraction).all(u8::is_ascii_digit) {
+        return false;
+    }
+    let mut n: i128 = 0;
+    for &d in whole.iter().chain(fraction) {
+        let Some(next) = n.checked_mul(10).and_then(|n| n.checked_add(i128::from(d - b'0'))) else {
+            return false;
+        };
+        n = next;
+    }
+    let unscaled = java_decimal(if neg { -n } else { n });
+    avro::long(out, fraction.len() as i64);
+    avro::bytes(out, &unscaled);
     true
 }
 
@@ -268,9 +401,43 @@ pub fn binary(kind: Kind, b: &[u8], out: &mut Vec<u8>) -> bool {
             Err(_) => return false,
         },
         Kind::Array(param) => return binary_array(Kind::element(param), b, out),
-        Kind::Python | Kind::TextOnly | Kind::Decimal(_) => return false,
+        Kind::ZonedTimestamp(_) | Kind::MicroTimestamp | Kind::MilliTimestamp => {
+            let Some(us) = timestamp_binary(b) else { return false };
+            return debezium_timestamp(kind, us, out);
+        }
+        Kind::MilliTime => match <[u8; 8]>::try_from(b) {
+            Ok(a) => avro::long(out, i64::from_be_bytes(a).div_euclid(1000)),
+            Err(_) => return false,
+        },
+        Kind::MicroDuration => match micro_duration(b) {
+            Some(us) => avro::long(out, us),
+            None => return false,
+        },
+        Kind::Python | Kind::TextOnly | Kind::Decimal(_) | Kind::ConnectDecimal(_) | Kind::VariableScaleDecimal => {
+            return false
+        }
     }
     true
+}
+
+/// A binary timestamp's µs since the Unix epoch, as the `Timestamp` kind converts it.
+fn timestamp_binary(b: &[u8]) -> Option<i64> {
+    let t = i64::from_be_bytes(<[u8; 8]>::try_from(b).ok()?);
+    if t == i64::MAX || t == i64::MIN {
+        return Some(t);
+    }
+    t.checked_add(PG_EPOCH_OFFSET_US).filter(|us| *us < i64::MAX)
+}
+
+/// interval_send's (µs, days, months) as `MicroDuration`: a month is 30.4375 days; None beyond a long.
+fn micro_duration(b: &[u8]) -> Option<i64> {
+    const US_PER_MONTH: i128 = 2_629_800_000_000;
+    let a = <[u8; 16]>::try_from(b).ok()?;
+    let micros = i64::from_be_bytes(a[..8].try_into().ok()?);
+    let days = i32::from_be_bytes(a[8..12].try_into().ok()?);
+    let months = i32::from_be_bytes(a[12..].try_into().ok()?);
+    let total = i128::from(months) * US_PER_MONTH + i128::from(days) * i128::from(US_PER_DAY) + i128::from(micros);
+    i64::try_from(total).ok()
 }
 
 fn digits(b: &[u8]) -> Option<i64> {
@@ -474,6 +641,27 @@ mod tests {
         assert_eq!(decimal(b"12", 0), Some(12));
         assert_eq!(decimal(b"1.", 2), None);
         assert_eq!(decimal(b"1.234", 2), None);
+    }
+
+    #[test]
+    fn debezium_forms() {
+        assert_eq!(zoned_timestamp(1_714_732_496_123_456, 6), "2024-05-03T10:34:56.123456Z");
+        assert_eq!(zoned_timestamp(1_714_732_496_500_000, 3), "2024-05-03T10:34:56.500Z");
+        assert_eq!(zoned_timestamp(0, 0), "1970-01-01T00:00:00Z");
+        assert_eq!(zoned_timestamp(-62_198_755_200_000_000, 0), "-0001-01-01T00:00:00Z");
+        assert_eq!(zoned_timestamp(i64::MAX, 6), "infinity");
+        assert_eq!(java_decimal(-128), [0x80]);
+        assert_eq!(java_decimal(128), [0, 0x80]);
+        assert_eq!(java_decimal(0), [0]);
+        let mut out = Vec::new();
+        assert!(variable_scale_decimal(b"-0.000100", &mut out));
+        assert_eq!(out, [8, 2, 0xff]); // scale 4, unscaled -1
+        assert!(!variable_scale_decimal(b"NaN", &mut Vec::new()));
+        assert!(!variable_scale_decimal(b".5", &mut Vec::new()));
+        assert_eq!(
+            micro_duration(&[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1]),
+            Some(2_716_200_000_001)
+        );
     }
 
     #[test]

@@ -173,6 +173,14 @@ impl Encoded {
         Ok(dropped)
     }
 
+    /// The first record's LSN (None: no records).
+    fn first_lsn(&self) -> PyResult<Option<i64>> {
+        if self.data.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(record(&self.data, 0).ok_or_else(corrupt)?.0.lsn))
+    }
+
     /// Each record's pgoutput message, LSN and whether it came in a streamed block: to decode it again.
     fn messages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);

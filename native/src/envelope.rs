@@ -8,8 +8,9 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::avro;
 use crate::encoded::Encoded;
-use crate::lane::{signed, u32_at, xlogdata};
+use crate::frame::{signed, u32_at, xlogdata};
 use crate::row::RowWriter;
+use crate::rules::{key_changed, tombstone};
 use crate::tuple::change_parts;
 
 /// `Envelope(rows, key_rows, connector_name, schema_table, reference_value, reference_key)`: the table's Value
@@ -33,6 +34,10 @@ pub struct Envelope {
     tail: Vec<u8>,       // commit_lsn, origin
     ts: Option<(i64, Vec<u8>)>,
     txn: Option<(String, Vec<u8>)>,
+    /// Debezium's layout (`kafka.envelope: debezium`): its source fields, the transaction block before the
+    /// op and named after each event's LSN, ts_ns.
+    debezium: bool,
+    tx_id: Option<i64>, // the source's, for Debezium's transaction id
 }
 
 fn nullable_long(out: &mut Vec<u8>, x: Option<i64>) {
@@ -43,6 +48,31 @@ fn nullable_long(out: &mut Vec<u8>, x: Option<i64>) {
             avro::long(out, x);
         }
     }
+}
+
+fn nullable_string(out: &mut Vec<u8>, x: Option<&str>) {
+    match x {
+        None => out.push(0),
+        Some(x) => {
+            out.push(2);
+            avro::bytes(out, x.as_bytes());
+        }
+    }
+}
+
+/// Debezium's transaction block: named ``<xid>:<event LSN>`` (``cdcd.avro.encoder.debezium_transaction_id``).
+fn debezium_block(out: &mut Vec<u8>, transaction: Option<(&str, i64, i64)>, tx_id: Option<i64>, lsn: Option<i64>) {
+    let Some((id, total, dco)) = transaction else {
+        out.push(0);
+        return;
+    };
+    out.push(2);
+    match (tx_id, lsn) {
+        (Some(x), Some(lsn)) => avro::bytes(out, format!("{x}:{lsn}").as_bytes()),
+        _ => avro::bytes(out, id.as_bytes()),
+    }
+    avro::long(out, total);
+    avro::long(out, dco);
 }
 
 fn string_attr(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
@@ -96,6 +126,7 @@ enum SourceKey {
 #[pymethods]
 impl Envelope {
     #[new]
+    #[pyo3(signature = (rows, key_rows, connector_name, schema_table, reference_value, reference_key, debezium=false))]
     fn new(
         rows: Py<RowWriter>,
         key_rows: Option<Py<RowWriter>>,
@@ -103,6 +134,7 @@ impl Envelope {
         schema_table: Vec<u8>,
         reference_value: Py<PyAny>,
         reference_key: Py<PyAny>,
+        debezium: bool,
     ) -> Self {
         Envelope {
             rows,
@@ -118,6 +150,8 @@ impl Envelope {
             tail: Vec::new(),
             ts: None,
             txn: None,
+            debezium,
+            tx_id: None,
         }
     }
 
@@ -241,7 +275,7 @@ impl Envelope {
             order = (order.0 + 1, order.1 + 1);
             counts[usize::from(code)] += 1;
             let (key, value) = record(py, key_header, key.as_deref(), value_header, &images, &rest)?;
-            let tombstone = code == 2 && tombstones && key.is_some();
+            let tombstone = tombstone(code == 2, tombstones, key.is_some());
             match &records {
                 Some(list) => {
                     list.append((&topic, &key, value))?;
@@ -411,7 +445,7 @@ impl Envelope {
             self.write_rest(py, &mut rest, op, source, Some(rec.lsn), ts_us, block, rec.toast)?;
             counts[usize::from(rec.op)] += 1;
             let (key, value) = record(py, key_header, rec.key, value_header, rec.images, &rest)?;
-            let tombstone = rec.op == 2 && tombstones && key.is_some();
+            let tombstone = tombstone(rec.op == 2, tombstones, key.is_some());
             out.append((&topic, &key, value))?;
             if tombstone {
                 out.append((&topic, &key, py.None()))?;
@@ -517,20 +551,22 @@ impl Envelope {
         transaction: Option<(&str, i64, i64)>,
         toast: &[u8],
     ) -> PyResult<()> {
-        match source {
+        let tx_id = match source {
             SourceArg::Py(s) => {
                 if !matches!(&self.source, SourceKey::Py(cached) if cached.bind(py).is(s)) {
-                    self.set_source(&Source::of(s)?);
+                    self.set_source(&Source::of(s)?)?;
                     self.source = SourceKey::Py(s.clone().unbind());
                 }
+                self.tx_id
             }
             SourceArg::Lane(generation, s) => {
                 if !matches!(self.source, SourceKey::Lane(cached) if cached == generation) {
-                    self.set_source(s);
+                    self.set_source(s)?;
                     self.source = SourceKey::Lane(generation);
                 }
+                self.tx_id
             }
-        }
+        };
         out.extend_from_slice(&self.head);
         match lsn {
             None => {
@@ -552,7 +588,39 @@ impl Envelope {
         if !matches!(op, "c" | "u" | "d" | "r" | "t") {
             return Err(PyValueError::new_err("unknown envelope op"));
         }
-        avro::bytes(out, op.as_bytes());
+        if self.debezium {
+            debezium_block(out, transaction, tx_id, lsn);
+            avro::bytes(out, op.as_bytes());
+            match ts_us {
+                None => out.extend_from_slice(&[0, 0, 0]),
+                Some(ts) => {
+                    let ns = ts
+                        .checked_mul(1000)
+                        .ok_or_else(|| PyValueError::new_err("ts_ns out of range"))?;
+                    for x in [ts.div_euclid(1000), ts, ns] {
+                        out.push(2);
+                        avro::long(out, x);
+                    }
+                }
+            }
+        } else {
+            avro::bytes(out, op.as_bytes());
+            self.write_ts(out, ts_us);
+            match transaction {
+                None => out.push(0),
+                Some((id, total, dco)) => {
+                    self.write_transaction_id(out, id);
+                    avro::long(out, total);
+                    avro::long(out, dco);
+                }
+            }
+        }
+        out.extend_from_slice(toast);
+        out.push(0);
+        Ok(())
+    }
+
+    fn write_ts(&mut self, out: &mut Vec<u8>, ts_us: Option<i64>) {
         match ts_us {
             None => out.extend_from_slice(&[0, 0]),
             Some(ts) => {
@@ -566,17 +634,6 @@ impl Envelope {
                 out.extend_from_slice(self.ts.as_ref().map_or(&[][..], |(_, b)| b));
             }
         }
-        match transaction {
-            None => out.push(0),
-            Some((id, total, dco)) => {
-                self.write_transaction_id(out, id);
-                avro::long(out, total);
-                avro::long(out, dco);
-            }
-        }
-        out.extend_from_slice(toast);
-        out.push(0);
-        Ok(())
     }
 
     /// A change's key record, before and after fields and ``unchanged_toast`` items, or None when it is left to
@@ -592,10 +649,8 @@ impl Envelope {
         key_positions: &[usize],
     ) -> PyResult<Option<(Option<Vec<u8>>, Vec<u8>, Vec<u8>)>> {
         let has_key = self.key_rows.is_some();
-        if let (1, true, Some(o), Some(n)) = (op, has_key, old, new) {
-            if old_is_key || differ(o, n, key_positions)? {
-                return Ok(None);
-            }
+        if key_changed(op == 1, has_key, old, new, old_is_key, key_positions)? {
+            return Ok(None);
         }
         let key = match (has_key, new.or(old)) {
             (true, Some(row)) => match self.key_bytes(py, &[], row) {
@@ -611,30 +666,46 @@ impl Envelope {
         Ok(Some((key, images, toast)))
     }
 
-    fn set_source(&mut self, s: &Source) {
+    fn set_source(&mut self, s: &Source) -> PyResult<()> {
         let mut head = Vec::with_capacity(64);
         avro::bytes(&mut head, s.version.as_bytes());
         head.extend_from_slice(&self.connector_name);
         avro::long(&mut head, s.ts_us.div_euclid(1000));
-        avro::long(&mut head, s.ts_us);
+        if self.debezium {
+            head.push(0); // the snapshot union's string branch
+        } else {
+            avro::long(&mut head, s.ts_us);
+        }
         avro::bytes(&mut head, s.snapshot.as_bytes());
         avro::bytes(&mut head, s.db.as_bytes());
         let seq_prefix = match s.last_commit_lsn {
             None => b"[null,".to_vec(),
             Some(last) => format!("[\"{last}\",").into_bytes(),
         };
-        let mut mid = self.schema_table.clone();
+        let mut mid = Vec::with_capacity(self.schema_table.len() + 24);
+        if self.debezium {
+            let ns = s
+                .ts_us
+                .checked_mul(1000)
+                .ok_or_else(|| PyValueError::new_err("ts_ns out of range"))?;
+            nullable_long(&mut mid, Some(s.ts_us));
+            nullable_long(&mut mid, Some(ns));
+        }
+        mid.extend_from_slice(&self.schema_table);
         nullable_long(&mut mid, s.tx_id);
         let mut tail = Vec::new();
-        nullable_long(&mut tail, s.commit_lsn);
-        match &s.origin {
-            None => tail.push(0),
-            Some(origin) => {
-                tail.push(2);
-                avro::bytes(&mut tail, origin.as_bytes());
-            }
+        if self.debezium {
+            tail.push(0); // xmin
+            nullable_string(&mut tail, s.origin.as_deref());
+            tail.push(0); // origin_lsn
+            nullable_long(&mut tail, s.commit_lsn);
+        } else {
+            nullable_long(&mut tail, s.commit_lsn);
+            nullable_string(&mut tail, s.origin.as_deref());
         }
         (self.head, self.seq_prefix, self.mid, self.tail) = (head, seq_prefix, mid, tail);
+        self.tx_id = s.tx_id;
+        Ok(())
     }
 
     fn write_transaction_id(&mut self, out: &mut Vec<u8>, id: &str) {
@@ -712,16 +783,6 @@ fn optional_tuple(value: Bound<'_, PyAny>) -> PyResult<Option<Bound<'_, PyTuple>
     })
 }
 
-/// Whether two rows differ in any of the given columns (Python's ``!=``).
-pub(crate) fn differ(old: &Bound<'_, PyTuple>, new: &Bound<'_, PyTuple>, positions: &[usize]) -> PyResult<bool> {
-    for &i in positions {
-        if old.get_item(i)?.ne(new.get_item(i)?)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
 /// Key and value of a BEGIN or END event on the transaction topic (`cdcd.avro.metadata.encode_transaction_fields`).
 #[pyfunction]
 #[pyo3(signature = (status, txn_id, ts_ms, event_count, data_collections))]
@@ -744,6 +805,19 @@ pub(crate) fn transaction_fields(
     event_count: Option<i64>,
     data_collections: Option<&[(String, i64)]>,
 ) -> (Vec<u8>, Vec<u8>) {
+    debezium_transaction_fields(status, txn_id, ts_ms, event_count, data_collections, false)
+}
+
+/// `transaction_fields`, or in Debezium's layout (``debezium``: its collection records are nullable,
+/// `cdcd.avro.metadata.encode_debezium_transaction`).
+pub(crate) fn debezium_transaction_fields(
+    status: &str,
+    txn_id: &str,
+    ts_ms: i64,
+    event_count: Option<i64>,
+    data_collections: Option<&[(String, i64)]>,
+    debezium: bool,
+) -> (Vec<u8>, Vec<u8>) {
     let mut key = Vec::with_capacity(txn_id.len() + 2);
     avro::bytes(&mut key, txn_id.as_bytes());
     let mut value = Vec::with_capacity(64);
@@ -757,6 +831,9 @@ pub(crate) fn transaction_fields(
             if !items.is_empty() {
                 avro::long(&mut value, items.len() as i64);
                 for (name, count) in items {
+                    if debezium {
+                        value.push(2);
+                    }
                     avro::bytes(&mut value, name.as_bytes());
                     avro::long(&mut value, *count);
                 }

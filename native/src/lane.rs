@@ -11,19 +11,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::envelope::{differ, joined, transaction_fields, Envelope, Source, SourceArg};
+use crate::envelope::{debezium_transaction_fields, joined, Envelope, Source, SourceArg};
+use crate::frame::{signed, u32_at, u64_at, xlogdata, PG_EPOCH_OFFSET_US, XLOGDATA_HEADER};
+use crate::rules::{key_changed, tombstone};
 use crate::tuple::change_parts;
-
-const XLOGDATA_HEADER: usize = 25; // 'w', data start, WAL end, send time
-const PG_EPOCH_OFFSET_US: i64 = 946_684_800 * 1_000_000;
 
 /// Tells the envelopes' source caches one lane transaction from another.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// `LaneTable(relation, envelope, topic, table, key_header, value_header, key_positions)`: what the lane needs
-/// of one table version: the decoder's Relation it was made for (the lane refuses the table once the decoder
-/// holds another), its compiled `Envelope`, topic, ``schema.table`` name (for event counts), wire headers and
-/// key columns.
+/// `LaneTable(relation, envelope, topic, table, key_header, value_header, key_positions, collection=None)`:
+/// what the lane needs of one table version: the decoder's Relation it was made for (the lane refuses the
+/// table once the decoder holds another), its compiled `Envelope`, topic, ``schema.table`` name (for event
+/// counts), wire headers, key columns, and the name END events count its events under (Debezium's data
+/// collection; the topic when None).
 #[pyclass(frozen, module = "cdcd._native")]
 pub struct LaneTable {
     relation: Py<PyAny>,
@@ -35,11 +35,14 @@ pub struct LaneTable {
     value_header: Vec<u8>,
     key_positions: Vec<usize>,
     width: usize,
+    collection: String,
 }
 
 #[pymethods]
 impl LaneTable {
     #[new]
+    #[pyo3(signature = (relation, envelope, topic, table, key_header, value_header, key_positions, collection=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         relation: Bound<'_, PyAny>,
         envelope: Py<Envelope>,
@@ -48,9 +51,15 @@ impl LaneTable {
         key_header: Option<Vec<u8>>,
         value_header: Vec<u8>,
         key_positions: Vec<usize>,
+        collection: Option<String>,
     ) -> PyResult<Self> {
         let width = relation.getattr("columns")?.len()?;
+        let collection = match collection {
+            Some(name) => name,
+            None => topic.to_str()?.to_owned(),
+        };
         Ok(LaneTable {
+            collection,
             relation: relation.unbind(),
             envelope,
             topic_name: topic.to_str()?.to_owned(),
@@ -99,6 +108,9 @@ struct Shaping<'a, 'py> {
     transaction_topic: Option<&'a (Bound<'py, PyString>, Vec<u8>, Vec<u8>)>,
     tombstones: bool,
     now_us: i64,
+    /// Debezium's layout: transactions named after their first event's LSN, BEGIN and END at the commit time,
+    /// counting data collections.
+    debezium: bool,
 }
 
 /// Whole plain transactions of ``frames[start:]``, up to the first one the lane leaves to Python. Returns
@@ -111,10 +123,10 @@ struct Shaping<'a, 'py> {
 /// decoder's Relations; ``transaction_topic``: (topic, key header, value header) for BEGIN and END events,
 /// or None; ``after``: transactions committed at or below it are left to Python; a transaction of more than
 /// ``max_changes`` changes too. Once it has made ``max_records`` records it stops at the next Begin (the caller
-/// produces them and calls again): what one call holds is bounded.
+/// produces them and calls again): what one call holds is bounded. ``debezium``: in Debezium's layout.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (frames, start, relations, tables, version, db, transaction_topic, tombstones, after, last_commit_lsn, now_us, max_changes, max_records))]
+#[pyo3(signature = (frames, start, relations, tables, version, db, transaction_topic, tombstones, after, last_commit_lsn, now_us, max_changes, max_records, debezium=false))]
 pub fn plain_transactions<'py>(
     py: Python<'py>,
     frames: &Bound<'py, PyList>,
@@ -130,11 +142,13 @@ pub fn plain_transactions<'py>(
     now_us: i64,
     max_changes: usize,
     max_records: usize,
+    debezium: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let shaping = Shaping {
         transaction_topic: transaction_topic.as_ref(),
         tombstones,
         now_us,
+        debezium,
     };
     let records = PyList::empty(py);
     let xids = PyList::empty(py);
@@ -165,7 +179,11 @@ pub fn plain_transactions<'py>(
             last_commit_lsn,
             origin: None,
         };
-        let txn_id = format!("{xid}:{}", commit.commit_lsn);
+        let named = match txn.first() {
+            Some(first) if debezium => first.lsn,
+            _ => commit.commit_lsn,
+        };
+        let txn_id = format!("{xid}:{named}");
         let Some(made) = shape(py, &shaping, &txn, &source, &txn_id)? else {
             break;
         };
@@ -207,29 +225,6 @@ pub fn plain_transactions<'py>(
         ask,
     );
     result.into_pyobject(py)
-}
-
-/// An LSN as the Avro long it is written as; the Python stages handle (and name) one past that range.
-pub(crate) fn signed(lsn: u64) -> Option<i64> {
-    i64::try_from(lsn).ok()
-}
-
-pub(crate) fn u32_at(data: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(data: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_be_bytes(data.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// An XLogData frame's payload, its data start and the highest WAL position its header reports (as
-/// `ReplicationCore.frame`).
-pub(crate) fn xlogdata(data: &[u8]) -> Option<(&[u8], u64, u64)> {
-    if data.len() <= XLOGDATA_HEADER || data[0] != b'w' {
-        return None;
-    }
-    let (start, end) = (u64_at(data, 1)?, u64_at(data, 9)?);
-    Some((&data[XLOGDATA_HEADER..], start, start.max(end)))
 }
 
 fn frame_at<'py>(frames: &Bound<'py, PyList>, index: usize) -> PyResult<Option<Bound<'py, PyBytes>>> {
@@ -368,21 +363,32 @@ fn shape<'py>(
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
     let mut records: Vec<Record<'py>> = Vec::with_capacity(txn.len() + 2);
     let mut events: Vec<(Bound<'py, LaneTable>, [usize; 3])> = Vec::new();
-    let mut per_topic: Vec<(String, i64)> = Vec::new();
+    let mut per_topic: Vec<(String, i64, String)> = Vec::new();
     let mut total = 0i64;
-    let ts_ms = shaping.now_us.div_euclid(1000);
+    let ts_ms = if shaping.debezium {
+        source.ts_us.div_euclid(1000)
+    } else {
+        shaping.now_us.div_euclid(1000)
+    };
     let metadata = shaping.transaction_topic.filter(|_| !txn.is_empty());
     if let Some((topic, key_header, value_header)) = metadata {
-        let (key, value) = transaction_fields("BEGIN", txn_id, ts_ms, None, None);
+        let (key, value) = debezium_transaction_fields("BEGIN", txn_id, ts_ms, None, None, shaping.debezium);
         records.push(framed(py, topic, key_header, &key, value_header, &value)?);
     }
     for change in txn {
         let table = change.table.get();
         let mut envelope = table.envelope.bind(py).borrow_mut();
-        if let (Some(_), "u", Some(old), Some(new)) = (&table.key_header, change.op, &change.old, &change.new) {
-            if change.old_is_key || differ(old, new, &table.key_positions)? {
-                return Ok(None); // a key change: a delete and a create, by the Python shaper
-            }
+        let (old, new) = (change.old.as_ref(), change.new.as_ref());
+        let update = change.op == "u";
+        if key_changed(
+            update,
+            table.key_header.is_some(),
+            old,
+            new,
+            change.old_is_key,
+            &table.key_positions,
+        )? {
+            return Ok(None); // a key change: a delete and a create, by the Python shaper
         }
         let key = match (&table.key_header, change.new.as_ref().or(change.old.as_ref())) {
             (Some(header), Some(row)) => match envelope.key_bytes(py, header, row) {
@@ -391,10 +397,10 @@ fn shape<'py>(
             },
             _ => None,
         };
-        let dco = match per_topic.iter_mut().find(|(name, _)| *name == table.topic_name) {
-            Some((_, count)) => count,
+        let dco = match per_topic.iter_mut().find(|(name, _, _)| *name == table.topic_name) {
+            Some((_, count, _)) => count,
             None => {
-                per_topic.push((table.topic_name.clone(), 0));
+                per_topic.push((table.topic_name.clone(), 0, table.collection.clone()));
                 &mut per_topic.last_mut().expect("just pushed").1
             }
         };
@@ -419,7 +425,7 @@ fn shape<'py>(
         bytes.extend_from_slice(&table.value_header);
         bytes.extend_from_slice(value.as_bytes());
         let topic = table.topic.bind(py).clone().into_any();
-        let tombstone = change.op == "d" && shaping.tombstones && key.is_some();
+        let tombstone = tombstone(change.op == "d", shaping.tombstones, key.is_some());
         records.push((topic.clone(), key.clone(), Some(PyBytes::new(py, &bytes))));
         if tombstone {
             records.push((topic, key, None));
@@ -436,7 +442,9 @@ fn shape<'py>(
     }
     if let Some((topic, key_header, value_header)) = metadata {
         per_topic.sort();
-        let (key, value) = transaction_fields("END", txn_id, ts_ms, Some(total), Some(&per_topic));
+        let counts: Vec<(String, i64)> = per_topic.into_iter().map(|(_, n, name)| (name, n)).collect();
+        let (key, value) =
+            debezium_transaction_fields("END", txn_id, ts_ms, Some(total), Some(&counts), shaping.debezium);
         records.push(framed(py, topic, key_header, &key, value_header, &value)?);
     }
     Ok(Some(Made { records, events }))

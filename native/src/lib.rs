@@ -20,8 +20,10 @@ mod convert;
 mod copy;
 mod encoded;
 mod envelope;
+mod frame;
 mod lane;
 mod row;
+mod rules;
 mod tuple;
 
 #[pymodule]

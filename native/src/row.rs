@@ -14,12 +14,18 @@ struct Field {
     fallback: Py<PyAny>,
     /// The field's name as an Avro string, for `unchanged_toast`.
     name: Py<PyBytes>,
+    /// A Value field that is not nullable (Debezium's NOT NULL columns): what a missing value writes.
+    default: Option<Vec<u8>>,
+    /// What an unchanged TOAST value writes instead of null (Debezium's placeholder, union branch included).
+    placeholder: Option<Vec<u8>>,
 }
 
-/// `RowWriter(fields, ncols, nullable)`: ``fields`` are (column index, kind code, kind parameter, fallback,
-/// encoded field name) in record order. Calling it with (row, append, toast) appends the record's bytes
-/// with ``append`` once; in a nullable (Value) record, NULL and unchanged TOAST values write the null
-/// branch, and unchanged ones call ``toast`` with the field's name; in a Key record they raise ValueError.
+/// `RowWriter(fields, ncols, nullable, defaults=None, placeholders=None)`: ``fields`` are (column index, kind
+/// code, kind parameter, fallback, encoded field name) in record order. Calling it with (row, append, toast)
+/// appends the record's bytes with ``append`` once; in a nullable (Value) record, NULL and unchanged TOAST
+/// values write the null branch, and unchanged ones call ``toast`` with the field's name; in a Key record
+/// they raise ValueError. ``defaults`` (by field, None or bytes): a field that is not nullable and what a
+/// missing value writes there; ``placeholders`` (by field): what an unchanged TOAST value writes there.
 #[pyclass(frozen, module = "cdcd._native")]
 pub struct RowWriter {
     fields: Vec<Field>,
@@ -32,7 +38,20 @@ type FieldSpec = (usize, u32, u32, Py<PyAny>, Py<PyBytes>);
 #[pymethods]
 impl RowWriter {
     #[new]
-    fn new(fields: Vec<FieldSpec>, ncols: usize, nullable: bool) -> PyResult<Self> {
+    #[pyo3(signature = (fields, ncols, nullable, defaults=None, placeholders=None))]
+    fn new(
+        fields: Vec<FieldSpec>,
+        ncols: usize,
+        nullable: bool,
+        defaults: Option<Vec<Option<Vec<u8>>>>,
+        placeholders: Option<Vec<Option<Vec<u8>>>>,
+    ) -> PyResult<Self> {
+        let n = fields.len();
+        let mut defaults = defaults.unwrap_or_else(|| vec![None; n]).into_iter();
+        let mut placeholders = placeholders.unwrap_or_else(|| vec![None; n]).into_iter();
+        if defaults.len() != n || placeholders.len() != n {
+            return Err(PyValueError::new_err("defaults and placeholders go by field"));
+        }
         let fields = fields
             .into_iter()
             .map(|(index, code, param, fallback, name)| {
@@ -46,6 +65,8 @@ impl RowWriter {
                     kind,
                     fallback,
                     name,
+                    default: defaults.next().flatten(),
+                    placeholder: placeholders.next().flatten(),
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
@@ -85,20 +106,25 @@ impl RowWriter {
         for field in &self.fields {
             let value = row.get_item(field.index)?;
             if value.is_none() || value.is(py.Ellipsis()) {
-                if !self.nullable {
-                    return Err(PyValueError::new_err(format!(
-                        "missing key value (column {})",
-                        field.index
-                    )));
+                let unchanged = !value.is_none();
+                match (&field.placeholder, &field.default) {
+                    (Some(placeholder), _) if unchanged => out.extend_from_slice(placeholder),
+                    (_, Some(default)) => out.extend_from_slice(default),
+                    _ if self.nullable => out.push(0),
+                    _ => {
+                        return Err(PyValueError::new_err(format!(
+                            "missing key value (column {})",
+                            field.index
+                        )))
+                    }
                 }
-                out.push(0);
-                if !value.is_none() {
+                if unchanged {
                     toast(field.name.bind(py))?;
                 }
                 continue;
             }
             let mark = out.len();
-            if self.nullable {
+            if self.nullable && field.default.is_none() {
                 out.push(2);
             } else if matches!(field.kind, Kind::Array(_)) {
                 out.push(0); // the array branch of a Key's [array, string]

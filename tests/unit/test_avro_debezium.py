@@ -17,6 +17,7 @@ from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
 from cdcd.avro.debezium import civil_from_days, debezium_mapping, java_decimal_bytes, zoned_timestamp
 from cdcd.pgoutput.messages import Column, Relation
 from cdcd.pgtypes import days_from_civil
+from cdcd.rowstage import STAGE
 
 # (type oid, typmod, PostgreSQL text, what Debezium sent, its connect.name)
 CASES: list[tuple[int, int, str, Any, str | None]] = [
@@ -64,7 +65,7 @@ def test_values_as_debezium_sends_them(  # noqa: PLR0917 - the parameters of the
 ) -> None:
     relation = Relation(1, "public", "t", "d", (Column("id", 23, -1, True), Column("v", oid, typmod, False)))
     schemas = build_schemas(relation, "p", debezium=True)
-    encoder = EnvelopeEncoder(schemas, native=native)
+    encoder = EnvelopeEncoder(schemas, stage=STAGE if native else None)
     value = encoder.encode_value("c", None, ("1", text), SourceInfo("1", "db", 0), 16, None)
     record = fastavro.schemaless_reader(io.BytesIO(value), fastavro.parse_schema(_schema_of(schemas.envelope)), None)
     assert record["after"] == {"id": 1, "v": expected}  # type: ignore[index,call-overload]
@@ -146,7 +147,7 @@ def test_the_debezium_envelope_is_what_fastavro_writes(  # noqa: PLR0917 - the g
     origin: str | None,
 ) -> None:
     schemas = build_schemas(DEBEZIUM_TABLE, "p", debezium=True)
-    encoder = EnvelopeEncoder(schemas, native=native)
+    encoder = EnvelopeEncoder(schemas, stage=STAGE if native else None)
     row = ("7", note, "2024-05-03 12:34:56.5+02", "12.50")
     before = None if op in ("c", "r", "t") else (row[0], row[1] if row[1] is not ... else None, *row[2:])
     after = None if op in ("d", "t") else row

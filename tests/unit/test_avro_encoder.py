@@ -26,6 +26,7 @@ from cdcd.avro import ConversionError, EnvelopeEncoder, SourceInfo, TxInfo, buil
 from cdcd.avro.encoder import sequence, varint, write_long
 from cdcd.avro.types import format_interval
 from cdcd.pgoutput.messages import Column, Relation, Row, Type
+from cdcd.rowstage import STAGE
 
 PG_EPOCH = datetime(2000, 1, 1)
 PG_EPOCH_UTC = datetime(2000, 1, 1, tzinfo=UTC)
@@ -411,7 +412,7 @@ TXS = st.none() | st.builds(
 def test_compiled_envelope_equals_fastavro(data: st.DataObject, case: Case) -> None:
     schemas = build_schemas(case.relation, "srv-1.eu", {ENUM_OID: Type(ENUM_OID, "public", "mood")})
     envelope = fastavro.parse_schema(schemas.envelope)
-    encoder = EnvelopeEncoder(schemas)
+    encoder = EnvelopeEncoder(schemas, stage=STAGE)
     op = data.draw(st.sampled_from(["c", "u", "d", "r", "t"]))
     before: Drawn | None = None
     after: Drawn | None = None
@@ -496,7 +497,7 @@ def test_varint_rejects_out_of_range() -> None:
 
 
 def _encoder(*cols: Column) -> EnvelopeEncoder:
-    return EnvelopeEncoder(build_schemas(Relation(1, "public", "t", "d", cols), "p", {}))
+    return EnvelopeEncoder(build_schemas(Relation(1, "public", "t", "d", cols), "p", {}), stage=STAGE)
 
 
 SRC = SourceInfo("v", "db", 0)
@@ -540,7 +541,7 @@ def test_unknown_op_and_binary_user_type() -> None:
     with pytest.raises(ConversionError, match="unknown envelope op"):
         enc.encode_value("x", None, ("1",), SRC, None, None)
     rel = Relation(1, "public", "t", "d", (Column("m", ENUM_OID, -1, False),))
-    enc = EnvelopeEncoder(build_schemas(rel, "p", {ENUM_OID: Type(ENUM_OID, "public", "mood")}))
+    enc = EnvelopeEncoder(build_schemas(rel, "p", {ENUM_OID: Type(ENUM_OID, "public", "mood")}), stage=STAGE)
     with pytest.raises(ConversionError, match=r"binary form of user-defined type public\.mood"):
         enc.encode_value("c", None, (b"happy",), SRC, None, None)
 

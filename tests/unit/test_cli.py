@@ -9,7 +9,7 @@ import pytest
 from cdcd import __version__
 from cdcd.cli import main
 
-# Read at collection, as cdcd.native read it at import: the unit tests' fixture clears CDCD_* before each test.
+# Read at collection, as cdcd.rowstage reads it at import: the unit tests' fixture clears CDCD_* before each test.
 REQUESTED = os.environ.get("CDCD_IMPL", "").strip().lower() or "native"
 
 

@@ -38,6 +38,7 @@ from cdcd.pgoutput.messages import (
     Type,
     Value,
 )
+from cdcd.rowstage import STAGE
 from tests.capture_pgoutput import (
     BULK,
     CHILD,
@@ -109,7 +110,9 @@ class Decoded:
 
 
 def decode_capture(fx: Fixture, proto: int, scenario: str) -> list[Decoded]:
-    decoder = Decoder(parallel_streaming=fx.capture(proto, scenario).options.get("streaming") == "parallel")
+    decoder = Decoder(
+        parallel_streaming=fx.capture(proto, scenario).options.get("streaming") == "parallel", stage=STAGE
+    )
     return [Decoded(m, decoder.decode(m.data, m.lsn)) for m in fx.stream(proto, scenario)]
 
 

@@ -42,6 +42,7 @@ from cdcd.pgoutput.messages import (
     Type,
     Value,
 )
+from cdcd.rowstage import STAGE
 from tests import pgoutput_encoder as enc
 from tests.capture_pgoutput import fixture_paths, load_fixture
 
@@ -59,7 +60,7 @@ class State:
     parallel: bool = False  # streaming = parallel: Stream Abort carries abort LSN and timestamp
 
     def decoder(self) -> Decoder:
-        decoder = Decoder(parallel_streaming=self.parallel)
+        decoder = Decoder(parallel_streaming=self.parallel, stage=STAGE)
         decoder.in_stream = self.in_stream
         decoder.relations = dict(self.relations)
         return decoder
@@ -72,7 +73,7 @@ def state_of(decoder: Decoder) -> State:
 
 def replay(messages: list[tuple[bytes, int]], parallel: bool) -> list[tuple[bytes, State]]:
     """Decode a stream in order, returning each message with the decoder state it was decoded in."""
-    decoder = Decoder(parallel_streaming=parallel)
+    decoder = Decoder(parallel_streaming=parallel, stage=STAGE)
     result = []
     for data, lsn in messages:
         state = state_of(decoder)
@@ -216,7 +217,7 @@ def _abort_for_mode(msg: StreamAbort, parallel: bool, draw: st.DrawFn) -> Stream
 def decoder_for(messages: list[Message]) -> Decoder:
     """A decoder in the streaming mode the messages were encoded for."""
     parallel = any(isinstance(m, StreamAbort) and m.abort_lsn is not None for m in messages)
-    return Decoder(parallel_streaming=parallel)
+    return Decoder(parallel_streaming=parallel, stage=STAGE)
 
 
 def as_decoded(relation: Relation) -> Relation:
@@ -272,7 +273,7 @@ def test_relations_get_the_catalogs_facts(relation: Relation, data: st.DataObjec
         asked.append(r)
         return TableFacts(frozenset(keys), not_null)
 
-    decoder = Decoder(describe=lookup)
+    decoder = Decoder(describe=lookup, stage=STAGE)
     decoded = decoder.decode(enc.encode(relation))
     assert isinstance(decoded, Relation)
     assert asked == [relation]
@@ -291,7 +292,7 @@ def test_relations_get_the_catalogs_facts(relation: Relation, data: st.DataObjec
 
 
 def test_enum_types_get_their_labels() -> None:
-    decoder = Decoder(labels=lambda t: ("sad", "ok") if t.name == "mood" else None)
+    decoder = Decoder(labels=lambda t: ("sad", "ok") if t.name == "mood" else None, stage=STAGE)
     assert decoder.decode(enc.encode(Type(16_500, "public", "mood"))) == Type(
         16_500, "public", "mood", None, ("sad", "ok")
     )
@@ -514,17 +515,17 @@ def test_trailing_bytes() -> None:
 def test_stream_abort_layout_follows_the_streaming_mode() -> None:
     short = b"A" + enc.u32(5) + enc.u32(6)
     long = short + enc.u64(7) + enc.i64(8)
-    assert Decoder().decode(short) == StreamAbort(5, 6)
-    assert Decoder(parallel_streaming=True).decode(long) == StreamAbort(5, 6, 7, 8)
+    assert Decoder(stage=STAGE).decode(short) == StreamAbort(5, 6)
+    assert Decoder(parallel_streaming=True, stage=STAGE).decode(long) == StreamAbort(5, 6, 7, 8)
     with pytest.raises(DecodeError, match="truncated: abort LSN") as info:
-        Decoder(parallel_streaming=True).decode(short)
+        Decoder(parallel_streaming=True, stage=STAGE).decode(short)
     assert info.value.offset == 9
     with pytest.raises(DecodeError, match="16 unexpected trailing bytes"):
-        Decoder().decode(long)
+        Decoder(stage=STAGE).decode(long)
 
 
 def test_a_rejected_message_leaves_the_decoder_state_unchanged() -> None:
-    decoder = Decoder()
+    decoder = Decoder(stage=STAGE)
     with pytest.raises(DecodeError, match="trailing"):
         decoder.decode(enc.encode(KNOWN) + b"\x00")
     assert decoder.relations == {}

@@ -12,7 +12,6 @@ import pytest
 from cdcd.assembly import Assembler, BufferPool
 from cdcd.assembly.buffer import SPILL_BATCH
 from cdcd.batches import Buffered, EncodedRun, Transaction, decoded, observed
-from cdcd.native import native
 from cdcd.pgoutput.messages import (
     Change,
     Column,
@@ -25,6 +24,7 @@ from cdcd.pgoutput.messages import (
     Truncate,
 )
 from cdcd.plan import Plans
+from cdcd.rowstage import STAGE
 from cdcd.shaping import EventShaper
 
 REL = Relation(16384, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False)))
@@ -84,7 +84,7 @@ def runs(items: list[Buffered]) -> list[EncodedRun]:
 
 @pytest.fixture(autouse=True)
 def _compiled() -> None:
-    assert native is not None, "test_encoded.py tests the compiled module (CDCD_IMPL=native)"
+    assert STAGE.rows is not None, "test_encoded.py tests the compiled module (CDCD_IMPL=native)"
 
 
 def test_changes_are_kept_in_runs_and_decoded_again_as_they_came(tmp_path: Path) -> None:
@@ -182,9 +182,10 @@ def test_the_snapshot_window_sees_the_changes_decoded_and_the_shaper_gets_the_ru
 
 
 def test_damaged_encoded_bytes_raise_a_clear_error() -> None:
-    assert native is not None
+    rows = STAGE.rows
+    assert rows is not None
     with pytest.raises(ValueError, match="encoded changes are corrupt"):
-        native.Encoded(b"\x00\x01garbage", 1)
+        rows.encoded(b"\x00\x01garbage", 1)
     with pytest.raises(ValueError, match="encoded changes are corrupt"):
-        native.Encoded(b"", 1)
-    assert len(native.Encoded(b"", 0)) == 0
+        rows.encoded(b"", 1)
+    assert len(rows.encoded(b"", 0)) == 0

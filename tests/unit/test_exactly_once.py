@@ -20,7 +20,10 @@ from cdcd.pgoutput.messages import RowChange
 from cdcd.replication.start import committed_snapshot
 from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
 from cdcd.sink import progress_topic as records
-from cdcd.sink.transactional import ExactlyOnceKafkaSink
+from cdcd.sink.kafka import KafkaSink
+from cdcd.sink.registry import KafkaRegistry
+from cdcd.sink.transactional import ExactlyOnceDelivery
+from cdcd.sink.transport import KafkaTransport
 from cdcd.snapshot.state import SnapshotState, StateError, TableProgress
 from tests.unit.test_shaping import REL, Registry, shaper, txn
 
@@ -135,24 +138,37 @@ class Producer:
         return [name if name != "produce" else f"produce {detail[0]}" for name, detail in self.calls]
 
 
+def exactly_once(kafka: KafkaSettings) -> KafkaSink:
+    """The sink as ``cli.py`` wires it for exactly-once delivery, with an in-memory registry for the shaper."""
+    transport = KafkaTransport(kafka)
+    topics = KafkaRegistry(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"), transport)
+    delivery = ExactlyOnceDelivery(kafka, transport, topics)
+    return KafkaSink(kafka, shaper(Registry(), transaction_topic=False), transport, topics, delivery)
+
+
+def strategy(sink: KafkaSink) -> ExactlyOnceDelivery:
+    assert isinstance(sink.delivery, ExactlyOnceDelivery)
+    return sink.delivery
+
+
 def sink(
     snapshot_state: Callable[[], dict[str, Any] | None] = lambda: None,
     snapshot_committed: Callable[[], None] = lambda: None,
-) -> tuple[ExactlyOnceKafkaSink, Producer]:
+) -> tuple[KafkaSink, Producer]:
     kafka = KafkaSettings(
         bootstrap_servers="127.0.0.1:9",
         delivery="exactly_once",
         transaction_topic=False,
         exactly_once={"commit_interval_ms": 60_000, "max_messages": 1_000_000},
     )
-    out = ExactlyOnceKafkaSink(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"))
+    out = exactly_once(kafka)
     producer = Producer()
-    out.producer = producer  # type: ignore[assignment]
-    out._emit = out._producing(None, None)  # what `committed` sets up with the real producer
-    out._emit_many = out._producing_many(None, None)
-    out.slot, out.system_id = "s", SYSTEM
+    out.transport.producer = producer  # type: ignore[assignment]
+    delivery = strategy(out)
+    delivery._emit = out.transport.producing(None, None)  # what `committed` sets up with the real producer
+    delivery._emit_many = out.transport.producing_many(None, None)
+    delivery.slot, delivery.system_id = "s", SYSTEM
     out.start_session(SessionContext("shop", snapshot_state=snapshot_state, snapshot_committed=snapshot_committed))
-    out.shaper = shaper(Registry(), transaction_topic=False)
     return out, producer
 
 
@@ -179,7 +195,7 @@ def test_nothing_is_confirmed_before_the_kafka_commit_which_carries_the_position
 
 def test_what_the_last_commit_covered_is_not_written_again() -> None:
     out, producer = sink()
-    out._committed = Committed(0x208, 0x200, None)
+    strategy(out)._committed = Committed(0x208, 0x200, None)
     progress = Ledger()
     seen: list[RowChange] = []
 
@@ -303,7 +319,7 @@ def test_a_partial_snapshot_batch_is_never_committed_nor_marked_done() -> None:
         producer.calls.append(("produce", args[:1] + args[2:3] + args[1:2]))
 
     producer.produce = produce_then_stop  # type: ignore[method-assign,assignment]
-    out._emit = out._producing(None, None)
+    strategy(out)._emit = out.transport.producing(None, None)
     partial = SnapshotBatch(REL, [("2", "b"), ("3", "c")], 0x50, 0, "true", done=lambda: finished.append(2))
     with pytest.raises(Interrupted):
         out.write_snapshot(partial, progress)
@@ -316,7 +332,7 @@ def test_a_partial_snapshot_batch_is_never_committed_nor_marked_done() -> None:
 
 def test_after_an_abort_the_next_record_does_not_claim_what_was_aborted() -> None:
     out, producer = sink()
-    out._committed = Committed(0x108, 0x100, None)
+    strategy(out)._committed = Committed(0x108, 0x100, None)
     progress = Ledger()
     out.write_transaction(txn(insert(3), commit_lsn=0x300), [insert(3)], progress)
     with pytest.raises(Interrupted):
@@ -332,7 +348,7 @@ def test_after_an_abort_the_next_record_does_not_claim_what_was_aborted() -> Non
 
 def test_before_its_first_session_the_sink_is_not_ready_and_holds_nothing() -> None:
     kafka = KafkaSettings(bootstrap_servers="127.0.0.1:9", delivery="exactly_once")
-    out = ExactlyOnceKafkaSink(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"))
+    out = exactly_once(kafka)
     assert not out.ready()
     assert out.in_flight() == 0
     out.close()
@@ -384,7 +400,7 @@ def test_a_definite_progress_topic_error_stops_the_session_start(monkeypatch: py
 
 def test_only_a_fatal_epoch_error_of_the_client_stops_it() -> None:
     out, _ = sink()
-    out._client_error(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, "epoch bumped"))  # the transaction calls tell
-    assert out._failure is None
-    out._client_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
-    assert "took over (fenced)" in str(out._failure)
+    out.transport.client_error(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, "epoch bumped"))  # told by the calls
+    assert out.transport._failure is None
+    out.transport.client_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+    assert "took over (fenced)" in str(out.transport._failure)

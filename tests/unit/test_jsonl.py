@@ -220,13 +220,15 @@ def test_fsync_off_and_a_pipe_confirm_at_the_next_round_without_fsync(
 def test_the_fsync_setting_reaches_the_sink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = {"dsn": "host=127.0.0.1 port=9", "publications": [{"name": "p"}]}
     output = str(tmp_path / "out.jsonl")
-    sink, opened = _sink(Settings(source=source), output)
+    sink, shaper, opened = _sink(Settings(source=source), output)
+    assert shaper is None  # JSON lines are not shaped
     assert isinstance(sink, JsonLinesSink)
     assert sink.fsync
     assert opened is not None
     opened.close()
     monkeypatch.setenv("CDCD_SINK__FSYNC", "false")
-    sink, opened = _sink(Settings(source=source), output)
+    sink, shaper, opened = _sink(Settings(source=source), output)
+    assert shaper is None  # JSON lines are not shaped
     assert isinstance(sink, JsonLinesSink)
     assert not sink.fsync
     assert opened is not None

@@ -17,9 +17,15 @@ from cdcd.batches import Shaped
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.ledger import Ledger
 from cdcd.lsn import pg_to_unix_us
+from cdcd.shaping import EventShaper
 from cdcd.sink import SinkFailure
-from cdcd.sink import kafka as sink_kafka
-from cdcd.sink.kafka import KafkaSink, check_kafka
+from cdcd.sink import registry as sink_registry
+from cdcd.sink import transport as sink_transport
+from cdcd.sink.checks import check_kafka
+from cdcd.sink.delivery import AtLeastOnceDelivery
+from cdcd.sink.kafka import KafkaSink
+from cdcd.sink.registry import KafkaRegistry
+from cdcd.sink.transport import KafkaTransport
 
 SCHEMA = {"type": "record", "name": "Value", "fields": [{"name": "id", "type": "int"}]}
 
@@ -55,26 +61,34 @@ class Answers:
         raise SchemaRegistryError(404, 40401, "Subject not found")
 
 
+def at_least_once(kafka: KafkaSettings) -> KafkaSink:
+    """The sink as ``cli.py`` wires it (at least once)."""
+    transport = KafkaTransport(kafka)
+    topics = KafkaRegistry(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"), transport)
+    shaper = EventShaper(kafka.topic_prefix, topics)
+    return KafkaSink(kafka, shaper, transport, topics, AtLeastOnceDelivery(kafka, transport))
+
+
 @pytest.fixture
 def sink(monkeypatch: pytest.MonkeyPatch) -> KafkaSink:
-    monkeypatch.setattr(sink_kafka, "_REGISTRY_RETRY_PAUSE_S", 0.0)
-    monkeypatch.setattr(sink_kafka, "_CONFLICT_PAUSE_S", 0.0)
-    kafka = KafkaSettings(bootstrap_servers="127.0.0.1:9", producer={"log_level": 0})
-    return KafkaSink(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"))
+    monkeypatch.setattr(sink_registry, "_REGISTRY_RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(sink_registry, "_CONFLICT_PAUSE_S", 0.0)
+    return at_least_once(KafkaSettings(bootstrap_servers="127.0.0.1:9", producer={"log_level": 0}))
 
 
 def test_a_registry_that_is_away_or_failing_is_waited_for(sink: KafkaSink) -> None:
     away = ConnectionRefusedError(111, "Connection refused")  # what the client's HTTP library raises
-    sink.registry = Answers(away, SchemaRegistryError(503, 50301, "unavailable"), away, 7)  # type: ignore[assignment]
+    registry = sink.topics
+    registry.registry = Answers(away, SchemaRegistryError(503, 50301, "unavailable"), away, 7)  # type: ignore[assignment]
     beats: list[int] = []
-    sink.keep_alive = lambda: beats.append(1)
+    sink.transport.keep_alive = lambda: beats.append(1)
     with structlog.testing.capture_logs() as logs:
-        assert sink.schema_id("t-value", SCHEMA) == 7
+        assert registry.schema_id("t-value", SCHEMA) == 7
     assert len(beats) == 3  # status updates (and a stop request) go on while it waits
     waits = [e for e in logs if e["event"] == "waiting for the schema registry"]
     assert [e["to"] for e in waits] == ["register t-value"]  # logged once per 30 s
-    assert sink.schema_id("t-value", SCHEMA) == 7  # cached: no second registration
-    assert sink.registry.calls == 4  # type: ignore[attr-defined]
+    assert registry.schema_id("t-value", SCHEMA) == 7  # cached: no second registration
+    assert registry.registry.calls == 4  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -84,10 +98,10 @@ def test_a_registry_that_is_away_or_failing_is_waited_for(sink: KafkaSink) -> No
 def test_a_refusal_stops_and_names_the_cause(sink: KafkaSink, status: int, hint: str) -> None:
     message = {409: "Incompatible schema", 401: "Unauthorized", 422: "Invalid schema"}[status]
     refusal = SchemaRegistryError(status, status * 100, message)
-    sink.registry = Answers(*[refusal] * 4)  # type: ignore[assignment]
+    sink.topics.registry = Answers(*[refusal] * 4)  # type: ignore[assignment]
     with pytest.raises(SinkFailure, match="schema registry refused the new schema for t-value") as refused:
-        sink.schema_id("t-value", SCHEMA)
-    assert sink.registry.calls == (4 if status == 409 else 1)  # type: ignore[attr-defined]
+        sink.topics.schema_id("t-value", SCHEMA)
+    assert sink.topics.registry.calls == (4 if status == 409 else 1)  # type: ignore[attr-defined]
     assert hint in str(refused.value)
     assert ("compatibility" in str(refused.value)) == (status == 409)
     assert "nothing after it was confirmed" in str(refused.value)
@@ -97,8 +111,8 @@ def test_a_lost_race_to_create_a_subject_gets_the_winners_id(sink: KafkaSink) ->
     """Two writers registering a new subject at once: Apicurio answers the loser 409 "already exists"; asked
     again, it answers with the id the winner got."""
     exists = SchemaRegistryError(409, 409, "An artifact with ID 't-value' in group 'null' already exists.")
-    sink.registry = Answers(exists, 5)  # type: ignore[assignment]
-    assert sink.schema_id("t-value", SCHEMA) == 5
+    sink.topics.registry = Answers(exists, 5)  # type: ignore[assignment]
+    assert sink.topics.schema_id("t-value", SCHEMA) == 5
 
 
 class Queue:
@@ -158,14 +172,14 @@ def test_shaped_records_are_produced_in_order_and_confirmed_once_all_are_acknowl
     """The lane's unit: every record produced, in order, even through a full queue (waited for, never dropped);
     its end LSN confirmable only after the last acknowledgement."""
     queue = Queue(room=7)
-    sink.producer = queue  # type: ignore[assignment]
+    sink.transport.producer = queue  # type: ignore[assignment]
     finished: list[float] = []
     progress = Ledger(on_done=finished.append)
     batch = shaped(20)
     sink.write_shaped(batch, progress)
     assert queue.delivered + [q[:3] for q in queue.queued] == batch.records
     assert progress.flushed_lsn == 0  # the last records are still queued
-    assert sink.wake_in() == sink_kafka.ACK_POLL_S  # the loop comes back soon to serve their acknowledgements
+    assert sink.wake_in() == sink_transport.ACK_POLL_S  # the loop comes back soon to serve their acknowledgements
     assert finished == []
     queue.poll()
     assert progress.flushed_lsn == 0x5000
@@ -177,7 +191,7 @@ def test_shaped_records_are_produced_in_order_and_confirmed_once_all_are_acknowl
 
 def test_a_shaped_record_that_fails_stops_the_sink_and_nothing_is_confirmed(sink: KafkaSink) -> None:
     queue = Queue(room=100, error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
-    sink.producer = queue  # type: ignore[assignment]
+    sink.transport.producer = queue  # type: ignore[assignment]
     progress = Ledger()
     sink.write_shaped(shaped(3), progress)
     with pytest.raises(SinkFailure, match=r"delivery to cdc\.public\.t failed"):
@@ -206,11 +220,11 @@ def whole_setup(
     monkeypatch: pytest.MonkeyPatch, error: KafkaError | None = None
 ) -> tuple[KafkaSink, Queue, list[Reporting], Any]:
     """A sink whose transactions of 5 changes or more are produced whole, by a ``Reporting`` producer."""
-    monkeypatch.setattr(sink_kafka, "_REGISTRY_RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(sink_registry, "_REGISTRY_RETRY_PAUSE_S", 0.0)
     kafka = KafkaSettings(bootstrap_servers="127.0.0.1:9", producer={"log_level": 0}, whole_transaction_changes=5)
-    sink = KafkaSink(kafka, SchemaRegistrySettings(url="http://127.0.0.1:9"))
+    sink = at_least_once(kafka)
     single = Queue(room=100)
-    sink.producer = single  # type: ignore[assignment]
+    sink.transport.producer = single  # type: ignore[assignment]
     made: list[Reporting] = []
 
     def producer(fixed: dict[str, Any]) -> Reporting:
@@ -218,7 +232,7 @@ def whole_setup(
         made.append(Reporting(room=3, report=fixed["on_delivery"], error=error))
         return made[-1]
 
-    monkeypatch.setattr(sink, "_producer", producer)
+    monkeypatch.setattr(sink.transport, "make_producer", producer)
 
     def transaction(txn: Any, changes: Any, emit: Any, emit_many: Any) -> None:
         assert not single.queued  # every earlier message is in Kafka before the first of these is produced
@@ -227,7 +241,12 @@ def whole_setup(
         emit_many(records[1:])
 
     monkeypatch.setattr(sink.shaper, "transaction", transaction)
-    return sink, single, made, lambda count, end: SimpleNamespace(xid=7, change_count=count, end_lsn=end, commit_time=0)
+    return (
+        sink,
+        single,
+        made,
+        lambda count, end: SimpleNamespace(xid=7, change_count=count, commit_lsn=end - 8, end_lsn=end, commit_time=0),
+    )
 
 
 def test_a_large_transaction_is_produced_whole_after_every_earlier_message(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,7 +262,7 @@ def test_a_large_transaction_is_produced_whole_after_every_earlier_message(monke
     (whole,) = made
     assert whole.delivered == [("cdc.public.t", b"w%d" % i, b"x%d" % i) for i in range(8)]
     assert not whole.queued
-    assert sink.producer is single  # type: ignore[comparison-overlap]
+    assert sink.transport.producer is single  # type: ignore[comparison-overlap]
     sink.write_transaction(txn(4, 0x7000), iter(()), progress)  # below the threshold: acknowledged one by one
     assert len(single.queued) == 4
     assert progress.flushed_lsn == 0x6000
@@ -263,4 +282,4 @@ def test_a_failure_in_a_whole_transaction_stops_the_sink_and_nothing_is_confirme
     with pytest.raises(SinkFailure, match=r"delivery to cdc\.public\.t failed"):
         sink.write_transaction(txn(6, 0x6000), iter(()), progress)
     assert progress.flushed_lsn == 0
-    assert sink.producer is single  # type: ignore[comparison-overlap]
+    assert sink.transport.producer is single  # type: ignore[comparison-overlap]

@@ -18,7 +18,6 @@ from cdcd.batches import Shaped
 from cdcd.config import Publication
 from cdcd.filters import FilterPlan, RowFilter
 from cdcd.ledger import Ledger
-from cdcd.native import native
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import (
     Begin,
@@ -36,6 +35,7 @@ from cdcd.pgoutput.messages import (
 from cdcd.plan import Plans
 from cdcd.replication.core import Event, ReplicationCore, Write
 from cdcd.replication.lane import MAX_CHANGES, Lane, carry_out
+from cdcd.rowstage import PYTHON, STAGE
 from cdcd.shaping import EventShaper
 from tests.capture_pgoutput import FixtureMessage, fixture_paths, load_fixture
 from tests.pgoutput_encoder import encode
@@ -43,7 +43,7 @@ from tests.unit.test_replication_core import xlogdata
 from tests.unit.test_shaping import NOW_US, Registry
 
 # The lane is compiled code: without cdcd._native (CDCD_IMPL=python: the Makefile leaves this file out) these fail.
-assert native is not None, "cdcd._native is not loaded"
+assert STAGE.lane is not None, "the row stage has no lane (CDCD_IMPL=python)"
 
 FIXTURES = [load_fixture(path) for path in fixture_paths()]
 STREAMS = [
@@ -67,13 +67,22 @@ class Outcome:
 
 
 def stages(
-    tmp_path: Path, parallel: bool, rowfilter: RowFilter | None = None, early: bool = False, limit: int = 1 << 20
+    tmp_path: Path,
+    parallel: bool,
+    rowfilter: RowFilter | None = None,
+    early: bool = False,
+    limit: int = 1 << 20,
+    *,
+    debezium: bool = False,
+    compiled: bool = True,
 ) -> tuple[ReplicationCore, EventShaper]:
     """The core and the shaper; ``early``: changes encoded as they arrive, as the loop wires them with the lane;
-    ``limit``: the buffers' memory (0: every change spilled at once)."""
-    decoder = Decoder(parallel_streaming=parallel)
+    ``limit``: the buffers' memory (0: every change spilled at once); ``debezium``: Debezium's envelope;
+    ``compiled``: False for the Python shaper (the specification)."""
+    decoder = Decoder(parallel_streaming=parallel, stage=STAGE)
     core = ReplicationCore(decoder, Assembler(BufferPool(limit, tmp_path)), Ledger(), rowfilter=rowfilter)
-    shaper = EventShaper("cdc", Registry(), clock_us=lambda: NOW_US)
+    stage = STAGE if compiled else PYTHON
+    shaper = EventShaper("cdc", Registry(), clock_us=lambda: NOW_US, stage=stage, debezium=debezium)
     shaper.start_session("shop", decoder.types, rowfilter.plans if rowfilter else Plans())
     if early:
         core.assembler.early = shaper.early
@@ -92,11 +101,10 @@ def through(core: ReplicationCore, shaper: EventShaper, frames: list[bytes], lan
     def act(event: Event) -> bool:
         if isinstance(event, Write):
             shaper.transaction(event.transaction, event.changes, emit)
+        elif isinstance(event, Shaped):
+            out.records.extend(event.records)
+            out.laned += event.transactions
         return False
-
-    def write(shaped: Shaped) -> None:
-        out.records.extend(shaped.records)
-        out.laned += shaped.transactions
 
     try:
         if lane is None:
@@ -105,24 +113,30 @@ def through(core: ReplicationCore, shaper: EventShaper, frames: list[bytes], lan
                 if event is not None:
                     act(event)
         else:
-            carry_out(frames, core, act, (lane, write))
+            carry_out(frames, core, act, lane)
     except Exception as exc:  # compared between both runs
         out.error = f"{type(exc).__name__}: {exc}"
     return out
 
 
 def compare(
-    tmp_path: Path, frames: list[bytes], parallel: bool = False, publications: list[Publication] | None = None
+    tmp_path: Path,
+    frames: list[bytes],
+    parallel: bool = False,
+    publications: list[Publication] | None = None,
+    debezium: bool = False,
 ) -> Outcome:
     """The frames through the core alone, and compared with it: through the lane and the core with changes
     encoded as they arrive (as the loop runs them), and with encoded changes alone, every change spilled.
-    ``publications``: row filters applied by cdcd (None: none). Returns the lane's outcome."""
+    ``publications``: row filters applied by cdcd (None: none); ``debezium``: in Debezium's envelope, against
+    the Python shaper (its specification). Returns the lane's outcome."""
     results = []
     for name, use_lane, early, limit in MODES:
         rowfilter = None
         if publications is not None:
             rowfilter = RowFilter(FilterPlan(publications), "publish", lambda t: [], None, Plans())
-        core, shaper = stages(tmp_path / name, parallel, rowfilter, early, limit)
+        compiled = not debezium or name != MODES[0][0]
+        core, shaper = stages(tmp_path / name, parallel, rowfilter, early, limit, debezium=debezium, compiled=compiled)
         out = through(core, shaper, frames, Lane(core, shaper) if use_lane else None)
         results.append((out, core, shaper))
     python, pcore, pshaper = results[0]
@@ -147,6 +161,14 @@ MODES = [("core", False, False, 1 << 20), ("lane", True, True, 1 << 20), ("encod
 @pytest.mark.parametrize(("messages", "parallel"), CASES)
 def test_captured_streams_give_the_same_records(tmp_path: Path, messages: list[FixtureMessage], parallel: bool) -> None:
     compare(tmp_path, [xlogdata(m.lsn, m.data) for m in messages], parallel)
+
+
+@pytest.mark.parametrize(("messages", "parallel"), CASES)
+def test_captured_streams_give_the_same_records_in_debeziums_envelope(
+    tmp_path: Path, messages: list[FixtureMessage], parallel: bool
+) -> None:
+    """The compiled Debezium envelope (rows, early encoding, the lane) against the Python one, its spec."""
+    compare(tmp_path, [xlogdata(m.lsn, m.data) for m in messages], parallel, debezium=True)
 
 
 def plain_small(messages: list[FixtureMessage]) -> int:
@@ -231,6 +253,13 @@ def small_transactions(seed: int, count: int) -> tuple[list[bytes], int]:
 def test_generated_small_transactions_give_the_same_records(tmp_path: Path, seed: int) -> None:
     frames, count = small_transactions(seed, 300)
     laned = compare(tmp_path, frames)
+    assert laned.laned > count // 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_generated_small_transactions_in_debeziums_envelope(tmp_path: Path, seed: int) -> None:
+    frames, count = small_transactions(seed, 300)
+    laned = compare(tmp_path, frames, debezium=True)
     assert laned.laned > count // 2
 
 
@@ -420,11 +449,11 @@ def test_no_lane_where_the_compiled_code_would_read_the_text_otherwise() -> None
     """The compiled code reads UTF-8: from a SQL_ASCII database (whose bytes PostgreSQL passes on unconverted, read
     as ASCII) the loop takes neither the lane nor early encoding, which would take bytes the decoder refuses."""
     shaper = EventShaper("cdc", Registry(), clock_us=lambda: NOW_US)
-    assert Lane.available(shaper, Decoder("utf-8"))
-    assert not Lane.available(shaper, Decoder("ascii"))
-    assert not Lane.available(EventShaper("cdc", Registry(), native=False), Decoder("utf-8"))
+    assert Lane.available(shaper, Decoder("utf-8", stage=STAGE))
+    assert not Lane.available(shaper, Decoder("ascii", stage=STAGE))
+    assert not Lane.available(EventShaper("cdc", Registry(), stage=PYTHON), Decoder("utf-8", stage=STAGE))
     message = encode(RowChange("insert", NOTES, None, ("1", "é"), False, None, 0, 0))  # the text: C3 A9
-    ascii_decoder = Decoder("ascii")
+    ascii_decoder = Decoder("ascii", stage=STAGE)
     ascii_decoder.decode(encode(NOTES))
     with pytest.raises(DecodeError, match="ascii"):
         ascii_decoder.decode(message)

@@ -40,6 +40,7 @@ from cdcd.replication.core import (
     Watermark,
     Write,
 )
+from cdcd.rowstage import STAGE
 from cdcd.snapshot.control import REQUEST_PREFIX, WATERMARK_PREFIX
 from tests.capture_pgoutput import CaptureInfo, Fixture, FixtureMessage, fixture_paths, load_fixture
 from tests.pgoutput_encoder import encode
@@ -75,7 +76,8 @@ def core_for(
 ) -> ReplicationCore:
     parallel = capture is not None and capture.options.get("streaming") == "parallel"
     pool = BufferPool(1 << 16, tmp_path)  # small: the bulk streams spill
-    return ReplicationCore(Decoder(parallel_streaming=parallel), Assembler(pool), progress or Ledger(), **options)  # type: ignore[arg-type]
+    decoder = Decoder(parallel_streaming=parallel, stage=STAGE)
+    return ReplicationCore(decoder, Assembler(pool), progress or Ledger(), **options)  # type: ignore[arg-type]
 
 
 def run(core: ReplicationCore, frames: Iterable[bytes], ack: bool = True) -> list[Event]:
@@ -102,7 +104,7 @@ def written(events: Iterable[Event]) -> list[Transaction]:
 
 
 def decoded(fx: Fixture, capture: CaptureInfo) -> list[Message]:
-    decoder = Decoder(parallel_streaming=capture.options.get("streaming") == "parallel")
+    decoder = Decoder(parallel_streaming=capture.options.get("streaming") == "parallel", stage=STAGE)
     return [decoder.decode(m.data, m.lsn) for m in fx.stream(capture.proto, capture.scenario)]
 
 

@@ -73,7 +73,7 @@ class Buffer:
         """Nothing to release."""
 
 
-def shaper(registry: Registry, **options: bool) -> EventShaper:
+def shaper(registry: Registry, **options: Any) -> EventShaper:
     shaper = EventShaper("cdcd", registry, clock_us=lambda: NOW_US, **options)
     shaper.start_session("shop", {}, Plans())
     return shaper
