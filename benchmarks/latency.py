@@ -21,7 +21,7 @@ Targets (issue 31): p99 <= 15 ms at_least_once, <= 50 ms exactly_once (Sequin pu
 upper bound of cdcd's own latency: it includes the consumer's fetch and this process's scheduling on a loaded
 two-core machine.
 
-``--reference CMD`` runs every mode with that cdcd command too (e.g. /work/main/.venv/bin/cdcd), alternating with
+``--reference CMD`` runs every mode with that cdcd command too (e.g. ../previous/.venv/bin/cdcd), alternating with
 this tree's in each round; ``--producer linger.ms=20`` (repeatable) and ``--exactly-once '{"commit_interval_ms":
 50}'`` set the generated config's ``kafka.producer`` and ``kafka.exactly_once`` for both.
 
@@ -367,7 +367,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=2, help="seconds left out at the start (default 2)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (default 2)")
     parser.add_argument(
-        "--reference", default=None, help="also run this cdcd command (e.g. /work/main/.venv/bin/cdcd), alternating"
+        "--reference", default=None, help="also run this cdcd command (e.g. ../previous/.venv/bin/cdcd), alternating"
     )
     parser.add_argument(
         "--producer",

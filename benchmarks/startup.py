@@ -1,5 +1,6 @@
 """Start-up: `cdcd run` (Kafka sink) from process launch until its replication slot is active, this tree's cdcd
-against a reference cdcd (default: /work/main's), alternating in one invocation; median of --runs each.
+against a reference cdcd (another checkout's, e.g. the previous commit's), alternating in one invocation; median
+of --runs each.
 
 "Active" is ``pg_replication_slots.active_pid`` set, polled every 2 ms from a separate connection: cdcd has
 connected, checked, and issued START_REPLICATION. Each run is then stopped with SIGTERM (exit 0 required) and the
@@ -8,8 +9,8 @@ next one waits until the slot is free again. One run of each first, not counted,
 same slot and no workload: the time is cdcd's own. Then one `python -X importtime` run of this tree's cdcd prints
 the imports that took longest (cumulative and self) over that run.
 
-    .venv/bin/python benchmarks/startup.py                               # 5 runs each
-    .venv/bin/python benchmarks/startup.py --reference /work/main/.venv/bin/cdcd --delivery exactly_once
+    .venv/bin/python benchmarks/startup.py --reference none                # this tree alone, 5 runs
+    .venv/bin/python benchmarks/startup.py --reference ../previous/.venv/bin/cdcd --delivery exactly_once
 
 Needs the local stack's PostgreSQL, Kafka and registry. benchmarks/ is on sys.path when run as a script.
 """
@@ -39,8 +40,6 @@ from drain import DEFAULT_DSN, PUBLICATION, TABLE, BenchError, _cdcd_command, _c
 from kafka import DEFAULT_BOOTSTRAP, DEFAULT_REGISTRY
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-
-DEFAULT_REFERENCE = "/work/main/.venv/bin/cdcd"
 
 
 @dataclass
@@ -223,8 +222,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=5, help="runs of each command, alternating (default 5)")
     parser.add_argument(
         "--reference",
-        default=DEFAULT_REFERENCE,
-        help=f"the cdcd command to compare with (default {DEFAULT_REFERENCE}; 'none': this tree's alone)",
+        required=True,
+        help="the cdcd command to compare with (another checkout's, e.g. ../previous/.venv/bin/cdcd; 'none': this "
+        "tree's alone)",
     )
     parser.add_argument("--delivery", choices=["at_least_once", "exactly_once"], default="at_least_once")
     parser.add_argument("--dsn", default=os.environ.get("CDCD_SOURCE__DSN", DEFAULT_DSN))
