@@ -4,87 +4,30 @@ this module fails when the extension is not built; ``cdcd.rowstage`` decides wha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from cdcd import _native
-from cdcd.pgoutput.messages import Relation, Row
+from cdcd.pgoutput.messages import Row
 from cdcd.snapshot.copy import row_reader
 
 if TYPE_CHECKING:
     from cdcd.avro.metadata import TransactionFieldsEncoder
-    from cdcd.rowstage.stage import ChangeReader, CopyRowReader, Encoded, Envelope, FieldSpec, LaneOutput, LaneTable
+    from cdcd.rowstage.stage import ChangeReader, CopyRowReader
 
 
 class NativeRows:
-    """Row writers, envelopes and encoded runs of ``cdcd._native``."""
+    """Row writers, envelopes and encoded runs: ``cdcd._native``'s classes, as ``CompiledRows`` names them."""
 
-    @staticmethod
-    def row_writer(
-        fields: Sequence[FieldSpec],
-        ncols: int,
-        nullable: bool,
-        defaults: Sequence[bytes | None] | None = None,
-        placeholders: Sequence[bytes | None] | None = None,
-    ) -> _native.RowWriter:
-        return _native.RowWriter(fields, ncols, nullable, defaults, placeholders)
-
-    @staticmethod
-    def envelope(  # noqa: PLR0917 - the compiled constructor's parameters
-        value_row: _native.RowWriter,
-        key_row: _native.RowWriter | None,
-        connector_name: bytes,
-        schema_table: bytes,
-        reference_value: Callable[..., bytes],
-        reference_key: Callable[[Row], bytes],
-        debezium: bool = False,
-    ) -> Envelope:
-        constants = connector_name, schema_table
-        return _native.Envelope(value_row, key_row, *constants, reference_value, reference_key, debezium=debezium)
-
-    @staticmethod
-    def encoded(data: bytes | None = None, count: int = 0) -> Encoded:
-        return _native.Encoded(data, count)
+    row_writer = staticmethod(_native.RowWriter)
+    envelope = staticmethod(_native.Envelope)
+    encoded = staticmethod(_native.Encoded)
 
 
 class NativeLane:
-    """``cdcd._native.plain_transactions`` and its tables."""
+    """``cdcd._native.plain_transactions`` and its tables, as ``Lane`` names them."""
 
-    @staticmethod
-    def plain_transactions(  # noqa: PLR0917 - the compiled function's parameters
-        frames: list[bytes],
-        start: int,
-        relations: Mapping[int, Relation],
-        tables: Mapping[int, LaneTable | Relation],
-        version: str,
-        db: str,
-        transaction_topic: tuple[str, bytes, bytes] | None,
-        tombstones: bool,
-        after: int,
-        last_commit_lsn: int | None,
-        now_us: int,
-        max_changes: int,
-        max_records: int,
-        debezium: bool = False,
-    ) -> LaneOutput:
-        return _native.plain_transactions(
-            frames, start, relations, tables, version, db, transaction_topic, tombstones, after,
-            last_commit_lsn, now_us, max_changes, max_records, debezium=debezium,
-        )  # fmt: skip
-
-    @staticmethod
-    def table(  # noqa: PLR0917 - the compiled constructor's parameters
-        relation: Relation,
-        envelope: Envelope,
-        topic: str,
-        table: str,
-        key_header: bytes | None,
-        value_header: bytes,
-        key_positions: Sequence[int],
-        collection: str | None = None,
-    ) -> LaneTable:
-        headers = key_header, value_header
-        return _native.LaneTable(relation, envelope, topic, table, *headers, key_positions, collection)
+    plain_transactions = staticmethod(_native.plain_transactions)
+    table = staticmethod(_native.LaneTable)
 
 
 def _copy_row_reader() -> CopyRowReader:
