@@ -75,7 +75,7 @@ integration: venv stack avroread
 # tests, the lane's and early encoding's, which need the compiled module) and the integration tests of the row path (Kafka, snapshots, streaming,
 # the Go reader) on PG_FULL. What needs no stack runs while the stack starts (-O: each part's output in one piece).
 # Integration tests run on two workers (pytest-xdist; what shares a service stays on one: tests/integration/conftest.py),
-# except those that stop Kafka, which run alone after them. The Python row stage's pass runs on one: on two it
+# except those marked alone (they stop Kafka...), which run by themselves after them. The Python row stage's pass runs on one: on two it
 # gained 10-40 s of 166 and its timing races surfaced (see the notes of 2026-11-27).
 PARALLEL := -q -p no:cacheprovider -n 2 --dist loadgroup
 ROW_PATH_TESTS := tests/integration/test_kafka.py tests/integration/test_snapshot.py \
@@ -83,11 +83,11 @@ ROW_PATH_TESTS := tests/integration/test_kafka.py tests/integration/test_snapsho
 test: venv
 	$(MAKE) --no-print-directory -j6 -O lint stack avroread unit-native unit-python wheel-test
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
-		$(BIN)/pytest tests/integration $(PARALLEL) -m "not stops_kafka" --durations=25
+		$(BIN)/pytest tests/integration $(PARALLEL) -m "not alone" --durations=25
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
-		$(BIN)/pytest tests/integration -q -p no:cacheprovider -m stops_kafka
+		$(BIN)/pytest tests/integration -q -p no:cacheprovider -m alone
 	CDCD_IMPL=python CDCD_TEST_PG_VERSIONS="$(PG_FULL)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
-		$(BIN)/pytest $(ROW_PATH_TESTS) -q -p no:cacheprovider -m "not stops_kafka"
+		$(BIN)/pytest $(ROW_PATH_TESTS) -q -p no:cacheprovider -m "not alone"
 
 # The nemesis for longer (tests/integration/test_nemesis.py): both delivery modes, one after the other, MINUTES of
 # faults each from SEED, 100,000-row streamed transactions every ~90 s; the report lines go to build/soak.jsonl.

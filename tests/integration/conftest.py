@@ -48,13 +48,13 @@ FULL_VERSIONS = os.environ.get("CDCD_TEST_PG_FULL", " ".join(VERSIONS)).split()
 
 # `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). A module whose tests use a service no
 # other test touches (toxiproxy's proxies, the pg-ha pair, one Spark session per worker) marks them with an
-# xdist_group: they run on one worker, one after the other. The tests that stop Kafka (stops_kafka) run alone,
-# after the others.
+# xdist_group: they run on one worker, one after the other. The tests marked `alone` run by themselves after the
+# others: they stop Kafka, or count on the machine's sockets and time (the metrics port's 100 idle clients).
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "every_pg: runs on every major of CDCD_TEST_PG_VERSIONS, not only the full ones")
-    config.addinivalue_line("markers", "stops_kafka: stops the stack's Kafka, so it runs alone (make test)")
+    config.addinivalue_line("markers", "alone: runs by itself after the others in make test (it stops Kafka...)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -239,7 +239,7 @@ def rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-@pytest.mark.stops_kafka
+@pytest.mark.alone  # stops Kafka
 def test_kafka_away_for_30s_daemon_waits_bounded_and_loses_nothing(run: Run, db: Database) -> None:
     db.execute(SCHEMA)
     run.start()

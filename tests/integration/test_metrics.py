@@ -135,6 +135,7 @@ class IdleClients(threading.Thread):
         return sock
 
 
+@pytest.mark.alone  # 100 idle clients and time bounds: beside another test, 0 of 100 were back (CI, 2026-11-27)
 def test_idle_and_slowloris_clients_block_neither_the_probes_nor_sigterm(run: Run, db: Database) -> None:
     """100 connections to the metrics port that never finish a request (the server drops each after 5 s, and it
     comes back at once): meanwhile /healthz, /readyz and /metrics answer at once and the daemon streams; SIGTERM
