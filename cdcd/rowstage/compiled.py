@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 class NativeRows:
-    """Row writers, envelopes and encoded runs: ``cdcd._native``'s classes, as ``CompiledRows`` names them."""
+    """Row writers, envelopes and encoded runs: ``cdcd._native``'s classes (``RowStage.rows``)."""
 
     row_writer = staticmethod(_native.RowWriter)
     envelope = staticmethod(_native.Envelope)
@@ -24,7 +24,7 @@ class NativeRows:
 
 
 class NativeLane:
-    """``cdcd._native.plain_transactions`` and its tables, as ``Lane`` names them."""
+    """``cdcd._native.plain_transactions`` and its tables (``RowStage.lane``)."""
 
     plain_transactions = staticmethod(_native.plain_transactions)
     table = staticmethod(_native.LaneTable)

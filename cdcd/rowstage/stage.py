@@ -9,8 +9,8 @@ attribute that is None in the specification, so a caller asks the stage, never w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 from cdcd.pgoutput.messages import Relation, Row, RowChange
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     # the compiled objects' types (cdcd/_native.pyi), for the stages that hold them
     from cdcd._native import Encoded, Envelope, FieldSpec, LaneOutput, LaneTable, RowWriter
     from cdcd.avro.metadata import TransactionFieldsEncoder
+    from cdcd.rowstage.compiled import NativeLane, NativeRows
 
 __all__ = [
     "ChangeReader",
@@ -40,62 +41,11 @@ ChangeReader = Callable[[bytes, int, bool, Mapping[int, Relation], type[RowChang
 CopyRowReader = Callable[[bytes, int], Row]  # read(line with its newline, width): one COPY text row
 
 
-class CompiledRows(Protocol):
-    """A table's compiled row writers and envelope (``cdcd.avro.encoder.EnvelopeEncoder`` builds them from its
-    column mappings) and the runs of changes its envelope encodes as they arrive (``cdcd.batches.EncodedRun``)."""
-
-    def row_writer(
-        self,
-        fields: Sequence[FieldSpec],
-        ncols: int,
-        nullable: bool,
-        defaults: Sequence[bytes | None] | None = None,
-        placeholders: Sequence[bytes | None] | None = None,
-    ) -> RowWriter: ...
-    def envelope(  # noqa: PLR0917 - the compiled constructor's parameters
-        self,
-        value_row: RowWriter,
-        key_row: RowWriter | None,
-        connector_name: bytes,
-        schema_table: bytes,
-        reference_value: Callable[..., bytes],
-        reference_key: Callable[[Row], bytes],
-        debezium: bool = False,
-    ) -> Envelope: ...
-    def encoded(self, data: bytes | None = None, count: int = 0) -> Encoded: ...
-
-
-class Lane(Protocol):
-    """Whole plain transactions from walsender frames to Kafka records (``cdcd.replication.lane``)."""
-
-    def plain_transactions(  # noqa: PLR0917 - the compiled function's parameters
-        self,
-        frames: list[bytes],
-        start: int,
-        relations: Mapping[int, Relation],
-        tables: Mapping[int, LaneTable | Relation],
-        version: str,
-        db: str,
-        transaction_topic: tuple[str, bytes, bytes] | None,
-        tombstones: bool,
-        after: int,
-        last_commit_lsn: int | None,
-        now_us: int,
-        max_changes: int,
-        max_records: int,
-        debezium: bool = False,
-    ) -> LaneOutput: ...
-    def table(  # noqa: PLR0917 - the compiled constructor's parameters
-        self,
-        relation: Relation,
-        envelope: Envelope,
-        topic: str,
-        table: str,
-        key_header: bytes | None,
-        value_header: bytes,
-        key_positions: Sequence[int],
-        collection: str | None = None,
-    ) -> LaneTable: ...
+# What only the compiled stage has: ``cdcd._native``'s row writers, envelopes and encoded runs (built by
+# ``cdcd.avro.encoder.EnvelopeEncoder`` from a table's column mappings; runs: ``cdcd.batches.EncodedRun``) and
+# its lane (``cdcd.replication.lane``). Their signatures are the stub's (``cdcd/_native.pyi``), written once.
+CompiledRows: TypeAlias = "NativeRows"
+Lane: TypeAlias = "NativeLane"
 
 
 class RowStage(Protocol):
