@@ -28,6 +28,15 @@ def _connect(schema: dict[str, Any], full_name: str) -> dict[str, Any]:
     return {**schema, "connect.version": 1, "connect.name": full_name}
 
 
+_COMMON: Final = "io.debezium.connector.common"
+
+
+def _common_record(name: str, fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """A record of Debezium's common namespace, with Kafka Connect's name (heartbeats, notifications)."""
+    schema = {"type": "record", "name": name, "namespace": _COMMON, "fields": fields}
+    return _connect(schema, f"{_COMMON}.{name}")
+
+
 def message_key_schema(*, debezium: bool = False) -> dict[str, Any]:
     """The message topic's Key: the message prefix (nullable in Debezium's layout)."""
     schema = {
@@ -270,27 +279,14 @@ def encode_transaction_reference(event: TransactionEvent) -> tuple[bytes, bytes]
 
 # Heartbeats (kafka.heartbeat): Debezium's key and value (io.debezium.connector.common.ServerNameKey, Heartbeat),
 # the value with two fields more: the positions cdcd had then.
-HEARTBEAT_KEY: Final = _connect(
-    {
-        "type": "record",
-        "name": "ServerNameKey",
-        "namespace": "io.debezium.connector.common",
-        "fields": [{"name": "serverName", "type": "string"}],
-    },
-    "io.debezium.connector.common.ServerNameKey",
-)
-HEARTBEAT_VALUE: Final = _connect(
-    {
-        "type": "record",
-        "name": "Heartbeat",
-        "namespace": "io.debezium.connector.common",
-        "fields": [
-            {"name": "ts_ms", "type": "long"},
-            {"name": "lsn", "type": "long", "doc": "the WAL position cdcd may confirm: everything before is in Kafka"},
-            {"name": "received_lsn", "type": "long", "doc": "the highest WAL position received from the server"},
-        ],
-    },
-    "io.debezium.connector.common.Heartbeat",
+HEARTBEAT_KEY: Final = _common_record("ServerNameKey", [{"name": "serverName", "type": "string"}])
+HEARTBEAT_VALUE: Final = _common_record(
+    "Heartbeat",
+    [
+        {"name": "ts_ms", "type": "long"},
+        {"name": "lsn", "type": "long", "doc": "the WAL position cdcd may confirm: everything before is in Kafka"},
+        {"name": "received_lsn", "type": "long", "doc": "the highest WAL position received from the server"},
+    ],
 )
 
 
@@ -303,29 +299,16 @@ def encode_heartbeat(server_name: str, ts_ms: int, lsn: int, received_lsn: int) 
 
 # Snapshot notifications (notifications.kafka.topic): Debezium's key and value
 # (io.debezium.connector.common.NotificationKey, Notification).
-NOTIFICATION_KEY: Final = _connect(
-    {
-        "type": "record",
-        "name": "NotificationKey",
-        "namespace": "io.debezium.connector.common",
-        "fields": [{"name": "id", "type": "string"}],
-    },
-    "io.debezium.connector.common.NotificationKey",
-)
-NOTIFICATION_VALUE: Final = _connect(
-    {
-        "type": "record",
-        "name": "Notification",
-        "namespace": "io.debezium.connector.common",
-        "fields": [
-            {"name": "id", "type": "string"},
-            {"name": "type", "type": "string"},
-            {"name": "aggregate_type", "type": "string"},
-            {"name": "additional_data", "type": ["null", {"type": "map", "values": "string"}], "default": None},
-            {"name": "timestamp", "type": "long"},
-        ],
-    },
-    "io.debezium.connector.common.Notification",
+NOTIFICATION_KEY: Final = _common_record("NotificationKey", [{"name": "id", "type": "string"}])
+NOTIFICATION_VALUE: Final = _common_record(
+    "Notification",
+    [
+        {"name": "id", "type": "string"},
+        {"name": "type", "type": "string"},
+        {"name": "aggregate_type", "type": "string"},
+        {"name": "additional_data", "type": ["null", {"type": "map", "values": "string"}], "default": None},
+        {"name": "timestamp", "type": "long"},
+    ],
 )
 
 
