@@ -91,12 +91,9 @@ def parse(key: bytes | None, value: bytes | None, name: str, default_id: str) ->
         return Ignored(f"its key {shown!r} is not this connector's name {name!r}", elsewhere=True)
     if not value:
         return Ignored("it has no value")
-    try:
-        document = json.loads(value)
-    except ValueError as exc:
-        return Ignored(f"its value is not JSON: {exc}")
-    if not isinstance(document, dict):
-        return Ignored("its value is not a JSON object")
+    document = _json_object(value, "value")
+    if isinstance(document, Ignored):
+        return document
     kind, signal_id = document.get("type"), document.get("id")
     signal_id = str(signal_id) if isinstance(signal_id, str | int) and str(signal_id) else default_id
     data = _data(document.get("data"))
@@ -117,18 +114,20 @@ def parse(key: bytes | None, value: bytes | None, name: str, default_id: str) ->
 
 
 def _data(raw: Any) -> dict[str, Any] | Ignored:
-    if raw is None:
+    """The signal's data: an object, or a JSON text of one (Debezium's form); none is an empty object."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     if isinstance(raw, str):
-        if not raw.strip():
-            return {}
-        try:
-            raw = json.loads(raw)
-        except ValueError as exc:
-            return Ignored(f"its data is not JSON: {exc}")
-    if not isinstance(raw, dict):
-        return Ignored("its data is not a JSON object")
-    return raw
+        return _json_object(raw, "data")
+    return raw if isinstance(raw, dict) else Ignored("its data is not a JSON object")
+
+
+def _json_object(text: str | bytes, what: str) -> dict[str, Any] | Ignored:
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        return Ignored(f"its {what} is not JSON: {exc}")
+    return document if isinstance(document, dict) else Ignored(f"its {what} is not a JSON object")
 
 
 def _snapshot_type(data: dict[str, Any]) -> Ignored | None:
