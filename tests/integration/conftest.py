@@ -266,9 +266,20 @@ class Tail:
         rows = self.db.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", [self.slot])
         return bool(rows and rows[0][0])
 
+    def _replicating(self) -> bool:
+        """The slot's walsender has entered START_REPLICATION. An active slot alone is not enough: the slot is
+        active while it is being created, and its consistent point (so what the initial snapshot holds) is only
+        fixed once the transactions then running have ended."""
+        rows = self.db.execute(
+            "SELECT r.state FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid"
+            " WHERE s.slot_name = %s",
+            [self.slot],
+        )
+        return bool(rows and rows[0][0] in ("catchup", "streaming"))
+
     def wait_streaming(self, timeout: float = 30) -> None:
-        """Wait until the process holds its slot (it is streaming)."""
-        self._wait(self._slot_active, "never started streaming", timeout)
+        """Wait until the process streams from its slot (its initial snapshot, if any, is taken)."""
+        self._wait(self._replicating, "never started streaming", timeout)
 
     def wait_slot_released(self, timeout: float = 30) -> None:
         self._wait(lambda: not self._slot_active(), "slot stayed active after its consumer stopped", timeout)
