@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 
 from cdcd.config import SourceSettings
+from cdcd.filters.checks import ColumnInfo, TableInfo
 from cdcd.filters.expr import FilterError, parse_filter
 from cdcd.pgoutput.messages import Column, Relation, Row, Type
 from cdcd.snapshot import control
@@ -91,9 +92,11 @@ def describe(conn: Conn, name: str) -> SnapshotTable:
     schema, table = _split(name)
     keyed = key if identity == "f" else info.identity_columns  # as the stream's Relation (Decoder.describe)
     not_null = table_facts(conn, info.oid).not_null
-    columns = tuple(
-        Column(c.name, c.type_oid, c.type_modifier, c.name in keyed, c.name in not_null) for c in info.columns
-    )
+    readable = _readable(conn, name, info)
+    lost = [k for k in key if k not in {c.name for c in readable}]
+    if lost:
+        raise SourceError(f"{name} changed since the snapshot was taken: its key column {', '.join(lost)} is gone")
+    columns = tuple(Column(c.name, c.type_oid, c.type_modifier, c.name in keyed, c.name in not_null) for c in readable)
     relation = Relation(info.oid, schema, table, identity, columns)  # type: ignore[arg-type]
     types = conn.execute(
         "SELECT t.oid, n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
@@ -109,6 +112,20 @@ def describe(conn: Conn, name: str) -> SnapshotTable:
     )
     described = tuple(Type(oid, nsp, typ, None, enum_labels(conn, oid)) for oid, nsp, typ in types)
     return SnapshotTable(name, relation, key, key_types, info.partitioned, described)
+
+
+def _readable(conn: Conn, name: str, info: TableInfo) -> tuple[ColumnInfo, ...]:
+    """The columns of ``info`` (the table as the transaction's snapshot sees it) that can still be read: queries
+    are planned against the current catalog, so a column dropped since the snapshot was taken (or dropped and
+    added again with another type) cannot be selected, and its values are not in the snapshot. In a transaction
+    the table is locked first (ACCESS SHARE, which reading it takes anyway, until the transaction ends), so no
+    schema change comes between this check and the read."""
+    target = sql.Identifier(*_split(name))
+    if conn.info.transaction_status == pq.TransactionStatus.INTRANS:
+        conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(target))
+    current = conn.execute(sql.SQL("SELECT * FROM {} LIMIT 0").format(target)).description or []
+    now = {(c.name, c.type_code) for c in current}
+    return tuple(c for c in info.columns if (c.name, c.type_oid) in now)
 
 
 def select_sql(
