@@ -12,12 +12,16 @@ from cdcd.spark.job import Options, session, start
 from cdcd.spark.schema import UNAVAILABLE
 
 
+class UsageError(ValueError):
+    """A command line that cannot work (a missing server, a malformed pair): exit 2, as argparse's own errors."""
+
+
 def _pairs(values: list[str], what: str) -> dict[str, str]:
     out = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"{what} {item!r}: expected KEY=VALUE")
+            raise UsageError(f"{what} {item!r}: expected KEY=VALUE")
         out[key] = value
     return out
 
@@ -63,9 +67,9 @@ def parser() -> argparse.ArgumentParser:
 def options(args: argparse.Namespace) -> Options:
     missing = [n for n in ("bootstrap_servers", "registry_url") if not getattr(args, n)]
     if missing:
-        raise SystemExit(f"missing --{missing[0].replace('_', '-')}")
+        raise UsageError(f"missing --{missing[0].replace('_', '-')}")
     if args.format != "iceberg" and (args.warehouse or args.catalog_uri):
-        raise SystemExit("--warehouse and --catalog-uri are for --format iceberg")
+        raise UsageError("--warehouse and --catalog-uri are for --format iceberg")
     password = os.environ.get("CDCD_SPARK_REGISTRY_PASSWORD", "")
     return Options(
         bootstrap_servers=args.bootstrap_servers,
@@ -93,14 +97,18 @@ def options(args: argparse.Namespace) -> Options:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    opts = options(args)
+    cli = parser()
+    args = cli.parse_args(argv)
+    try:
+        opts, conf = options(args), _pairs(args.conf, "--conf")
+    except UsageError as exc:
+        cli.error(str(exc))  # exits 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per call between Python and the JVM otherwise
     # spark-submit starts the JVM and says so in the environment; then it, not us, picks master and jars.
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     master = args.master or (None if submitted else "local[2]")
-    spark = session(master, args.jars_dir, _pairs(args.conf, "--conf"), iceberg=opts.format == "iceberg" or None)
+    spark = session(master, args.jars_dir, conf, iceberg=opts.format == "iceberg" or None)
     spark.sparkContext.setLogLevel("WARN")
     query = start(spark, opts)
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdcd.spark.__main__ import options, parser
+from cdcd.spark.__main__ import UsageError, main, options, parser
 
 
 def test_options_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -26,11 +26,11 @@ def test_options_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_missing_servers_and_malformed_pairs_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CDCD_KAFKA__BOOTSTRAP_SERVERS", raising=False)
-    with pytest.raises(SystemExit, match="missing --bootstrap-servers"):
+    with pytest.raises(UsageError, match="missing --bootstrap-servers"):
         options(parser().parse_args(["--topic-prefix", "p", "--checkpoint", "/c", "--registry-url", "http://r"]))
     args = parser().parse_args(["--topic-prefix", "p", "--checkpoint", "/c", "--bootstrap-servers", "k",
                                 "--registry-url", "http://r", "--key", "nokey"])  # fmt: skip
-    with pytest.raises(SystemExit, match="expected KEY=VALUE"):
+    with pytest.raises(UsageError, match="expected KEY=VALUE"):
         options(args)
 
 
@@ -51,7 +51,22 @@ def test_iceberg_and_envelope_options(monkeypatch: pytest.MonkeyPatch) -> None:
         "auto",
         "__debezium_unavailable_value",
     )
-    with pytest.raises(SystemExit, match="for --format iceberg"):
+    with pytest.raises(UsageError, match="for --format iceberg"):
         options(parser().parse_args(["--topic-prefix", "p", "--checkpoint", "/c", "--warehouse", "/w"]))
     with pytest.raises(SystemExit):
         parser().parse_args(["--topic-prefix", "p", "--checkpoint", "/c", "--envelope", "avro"])
+
+
+def test_a_command_line_that_cannot_work_exits_2_naming_the_problem(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CDCD_KAFKA__BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("CDCD_SCHEMA_REGISTRY__URL", "http://r:8081")
+    with pytest.raises(SystemExit) as exited:  # before any Spark session
+        main(["--topic-prefix", "p", "--checkpoint", "/c", "--mirror", "/m"])
+    assert exited.value.code == 2
+    assert "missing --bootstrap-servers" in capsys.readouterr().err
+    monkeypatch.setenv("CDCD_KAFKA__BOOTSTRAP_SERVERS", "k:9092")
+    with pytest.raises(SystemExit) as exited:
+        main(["--topic-prefix", "p", "--checkpoint", "/c", "--mirror", "/m", "--conf", "spark.x"])
+    assert exited.value.code == 2
