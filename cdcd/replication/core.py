@@ -242,6 +242,11 @@ class ReplicationCore:
         """The tables of the session as the decoder knows them now, by relation id."""
         return self.decoder.relations
 
+    @property
+    def filters_rows(self) -> bool:
+        """A row filter applies to this session's changes (its rules for a table are settled at the first one)."""
+        return self.rowfilter is not None
+
     def between_transactions(self) -> bool:
         """No transaction or stream block is open and no snapshot window watches: the lane may start here."""
         watcher = self.watcher

@@ -146,7 +146,7 @@ class Lane:
             return False  # the decoder names the problem
         shaper = self.shaper
         plan = shaper.plans.get(relation)
-        if self.core.rowfilter is not None and not plan.filtered:
+        if self.core.filters_rows and not plan.filtered:
             return False  # the row filter settles its rules for this table at the first change
         if plan.filter is not None:  # the core filters it (and makes its topic only when a row passes)
             self.tables[relation_id] = relation
