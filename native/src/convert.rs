@@ -9,6 +9,8 @@ use crate::avro;
 use crate::frame::PG_EPOCH_OFFSET_US;
 
 const US_PER_DAY: i64 = 86_400_000_000;
+/// Debezium's average month, 30.4375 days (365.25 / 12), in µs.
+const US_PER_MONTH: i128 = 2_629_800_000_000;
 const PG_EPOCH_DAYS: i64 = 10_957;
 
 /// Which conversion a column takes (the codes `cdcd.native` assigns).
@@ -43,11 +45,11 @@ pub enum Kind {
     MilliTimestamp,
     /// time(0-3) as `Time` (ms)
     MilliTime,
-    /// interval as `MicroDuration` (binary form only)
+    /// interval as `MicroDuration` (binary form, and IntervalStyle postgres's text form)
     MicroDuration,
     /// numeric(p, s) as Kafka Connect's Decimal (Java's shortest two's complement): the scale
     ConnectDecimal(u32),
-    /// numeric without a typmod as the `VariableScaleDecimal` record (text form only)
+    /// numeric without a typmod as the `VariableScaleDecimal` record
     VariableScaleDecimal,
 }
 
@@ -227,9 +229,84 @@ pub fn text(kind: Kind, s: &str, out: &mut Vec<u8>) -> bool {
             None => return false,
         },
         Kind::VariableScaleDecimal => return variable_scale_decimal(b, out),
-        Kind::MicroDuration => return false,
+        Kind::MicroDuration => match interval_text(b) {
+            Some(us) => avro::long(out, us),
+            None => return false,
+        },
     }
     true
+}
+
+/// `cdcd.pgtypes.parse_interval_text` of IntervalStyle postgres's form (`1 year -2 mons +3 days -04:05:06.5`,
+/// what a walsender prints) as `MicroDuration`; None for the other forms (iso_8601, infinity), anything unusual
+/// and what a long cannot hold: the reference decides those.
+fn interval_text(b: &[u8]) -> Option<i64> {
+    let (mut months, mut days, mut micros) = (0i64, 0i64, 0i64);
+    let mut tokens = b.split(|&c| c == b' ').filter(|t| !t.is_empty());
+    let (mut any, mut seen_time) = (false, false);
+    while let Some(token) = tokens.next() {
+        any = true;
+        if token.contains(&b':') {
+            if seen_time {
+                return None;
+            }
+            seen_time = true;
+            micros = interval_time(token)?;
+            continue;
+        }
+        let n = signed(token)?;
+        match tokens.next()? {
+            b"year" | b"years" => months = months.checked_add(n.checked_mul(12)?)?,
+            b"mon" | b"mons" => months = months.checked_add(n)?,
+            b"day" | b"days" => days = days.checked_add(n)?,
+            _ => return None,
+        }
+    }
+    if !any {
+        return None;
+    }
+    let total = i128::from(months) * US_PER_MONTH + i128::from(days) * i128::from(US_PER_DAY) + i128::from(micros);
+    i64::try_from(total).ok()
+}
+
+/// An interval's `[+-]HH:MM:SS[.ffffff]` in µs.
+fn interval_time(token: &[u8]) -> Option<i64> {
+    let (neg, body) = match token.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, token),
+    };
+    let mut parts = body.split(|&c| c == b':');
+    let (h, m, s) = (digits(parts.next()?)?, digits(parts.next()?)?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let (whole, fraction) = match s.iter().position(|&c| c == b'.') {
+        Some(dot) => (&s[..dot], &s[dot + 1..]),
+        None => (s, &s[s.len()..]),
+    };
+    if fraction.len() > 6 || (fraction.is_empty() && whole.len() < s.len()) {
+        return None;
+    }
+    let mut frac_us = if fraction.is_empty() { 0 } else { digits(fraction)? };
+    for _ in fraction.len()..6 {
+        frac_us *= 10;
+    }
+    let seconds = h
+        .checked_mul(3600)?
+        .checked_add(m.checked_mul(60)?)?
+        .checked_add(digits(whole)?)?;
+    let us = seconds.checked_mul(1_000_000)?.checked_add(frac_us)?;
+    Some(if neg { -us } else { us })
+}
+
+/// `[+-]?[0-9]+` within the i64 range.
+fn signed(b: &[u8]) -> Option<i64> {
+    match b.split_first() {
+        Some((b'+', rest)) => digits(rest),
+        Some((b'-', rest)) => digits(rest).map(|n| -n),
+        _ => digits(b),
+    }
 }
 
 /// A timestamp's µs (cdcd's conversion) in Debezium's form of ``kind``.
@@ -413,11 +490,94 @@ pub fn binary(kind: Kind, b: &[u8], out: &mut Vec<u8>) -> bool {
             Some(us) => avro::long(out, us),
             None => return false,
         },
-        Kind::Python | Kind::TextOnly | Kind::Decimal(_) | Kind::ConnectDecimal(_) | Kind::VariableScaleDecimal => {
-            return false
-        }
+        Kind::Decimal(scale) => match numeric_binary(b).and_then(|n| n.unscaled(scale)) {
+            Some(n) => avro::decimal(out, n),
+            None => return false,
+        },
+        Kind::ConnectDecimal(scale) => match numeric_binary(b).and_then(|n| n.unscaled(scale)) {
+            Some(n) => avro::bytes(out, &java_decimal(n)),
+            None => return false,
+        },
+        Kind::VariableScaleDecimal => match numeric_binary(b).and_then(|n| n.variable_scale()) {
+            Some((scale, n)) => {
+                avro::long(out, scale);
+                avro::bytes(out, &java_decimal(n));
+            }
+            None => return false,
+        },
+        Kind::Python | Kind::TextOnly => return false,
     }
     true
+}
+
+/// numeric_send's form: the magnitude of its base-10000 digits, the power of ten it is scaled by, the display
+/// scale and the sign (`cdcd.pgtypes.numeric_binary_parts`).
+struct Numeric {
+    negative: bool,
+    magnitude: i128,
+    exponent: i64,
+    display_scale: i64,
+}
+
+/// None for NaN, the infinities, a malformed form and a magnitude beyond an i128: the reference's.
+fn numeric_binary(b: &[u8]) -> Option<Numeric> {
+    let head = b.get(..8)?;
+    let field = |i: usize| i16::from_be_bytes([head[i], head[i + 1]]);
+    let (ndigits, weight, sign, dscale) = (field(0), field(2), u16::from_be_bytes([head[4], head[5]]), field(6));
+    if ndigits < 0 || dscale < 0 || (sign != 0 && sign != 0x4000) || b.len() != 8 + 2 * ndigits as usize {
+        return None;
+    }
+    let mut magnitude: i128 = 0;
+    for pair in b[8..].chunks_exact(2) {
+        let d = u16::from_be_bytes([pair[0], pair[1]]);
+        if d > 9999 {
+            return None;
+        }
+        magnitude = magnitude.checked_mul(10_000)?.checked_add(i128::from(d))?;
+    }
+    Some(Numeric {
+        negative: sign == 0x4000,
+        magnitude,
+        exponent: 4 * (i64::from(weight) - i64::from(ndigits) + 1),
+        display_scale: i64::from(dscale),
+    })
+}
+
+/// `n` times 10 to the `k` (a negative `k` divides, truncating), and whether anything was cut off.
+fn shifted(n: i128, k: i64) -> Option<(i128, bool)> {
+    if k >= 0 {
+        if n == 0 {
+            return Some((0, false));
+        }
+        return Some((n.checked_mul(10i128.checked_pow(u32::try_from(k).ok()?)?)?, false));
+    }
+    match u32::try_from(-k).ok().and_then(|k| 10i128.checked_pow(k)) {
+        Some(d) => Some((n / d, n % d != 0)),
+        None => Some((0, n != 0)), // 10^k beyond an i128 exceeds every magnitude
+    }
+}
+
+impl Numeric {
+    /// The unscaled value at `scale` fraction digits; None when it has more (the reference raises).
+    fn unscaled(&self, scale: u32) -> Option<i128> {
+        let (n, cut) = shifted(self.magnitude, self.exponent + i64::from(scale))?;
+        if cut {
+            return None;
+        }
+        Some(if self.negative { -n } else { n })
+    }
+
+    /// `{scale, unscaled}` of `variable_scale_decimal(numeric_binary_to_text(b))`: the value at its display scale
+    /// (truncated, as numeric_out prints it), the fraction's trailing zeros dropped.
+    fn variable_scale(&self) -> Option<(i64, i128)> {
+        let (mut n, _) = shifted(self.magnitude, self.exponent + self.display_scale)?;
+        let mut scale = self.display_scale;
+        while scale > 0 && n % 10 == 0 {
+            n /= 10;
+            scale -= 1;
+        }
+        Some((scale, if self.negative { -n } else { n }))
+    }
 }
 
 /// A binary timestamp's µs since the Unix epoch, as the `Timestamp` kind converts it.
@@ -431,7 +591,6 @@ fn timestamp_binary(b: &[u8]) -> Option<i64> {
 
 /// interval_send's (µs, days, months) as `MicroDuration`: a month is 30.4375 days; None beyond a long.
 fn micro_duration(b: &[u8]) -> Option<i64> {
-    const US_PER_MONTH: i128 = 2_629_800_000_000;
     let a = <[u8; 16]>::try_from(b).ok()?;
     let micros = i64::from_be_bytes(a[..8].try_into().ok()?);
     let days = i32::from_be_bytes(a[8..12].try_into().ok()?);
@@ -662,6 +821,64 @@ mod tests {
             micro_duration(&[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1]),
             Some(2_716_200_000_001)
         );
+    }
+
+    #[test]
+    fn intervals_in_text() {
+        assert_eq!(interval_text(b"1 mon 1 day 00:00:00.000001"), Some(2_716_200_000_001));
+        assert_eq!(
+            interval_text(b"-1 years +2 mons -3 days -04:05:06.5"),
+            Some(-31_557_600_000_000 + 5_259_600_000_000 - 259_200_000_000 - 14_706_500_000)
+        );
+        assert_eq!(interval_text(b"00:00:00"), Some(0));
+        assert_eq!(interval_text(b"2 days"), Some(172_800_000_000));
+        for other in [
+            &b"P1Y"[..],
+            b"infinity",
+            b"",
+            b"1",
+            b"1 week",
+            b"1:2",
+            b"1 day 1:00:00 2:00:00",
+            b"00:00:00.1234567",
+            b"00:00:01.",
+        ] {
+            assert_eq!(interval_text(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
+
+    fn numeric(ndigits: i16, weight: i16, sign: u16, dscale: i16, digits: &[u16]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for field in [
+            ndigits.to_be_bytes(),
+            weight.to_be_bytes(),
+            sign.to_be_bytes(),
+            dscale.to_be_bytes(),
+        ] {
+            b.extend_from_slice(&field);
+        }
+        for d in digits {
+            b.extend_from_slice(&d.to_be_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn numerics_in_binary() {
+        let n = numeric_binary(&numeric(2, 0, 0x4000, 4, &[12, 3400])).unwrap(); // -12.3400
+        assert_eq!(n.unscaled(2), Some(-1234));
+        assert_eq!(n.unscaled(1), None); // 12.34 has two fraction digits
+        assert_eq!(n.variable_scale(), Some((2, -1234)));
+        let whole = numeric_binary(&numeric(1, 1, 0, 0, &[5])).unwrap(); // 50000
+        assert_eq!(
+            (whole.unscaled(3), whole.variable_scale()),
+            (Some(50_000_000), Some((0, 50_000)))
+        );
+        let zero = numeric_binary(&numeric(0, 0, 0x4000, 3, &[])).unwrap();
+        assert_eq!((zero.unscaled(2), zero.variable_scale()), (Some(0), Some((0, 0))));
+        assert!(numeric_binary(&numeric(0, 0, 0xC000, 0, &[])).is_none()); // NaN: the reference's
+        assert!(numeric_binary(&numeric(1, 0, 0, 0, &[10_000])).is_none());
+        assert!(numeric_binary(&numeric(2, 0, 0, 0, &[1])).is_none());
     }
 
     #[test]
