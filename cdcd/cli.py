@@ -2,7 +2,8 @@
 
 ``run`` is the daemon: it sends changes where ``sink`` in the config says. ``tail`` prints them as JSON
 lines (to stdout or ``--output``) whatever the sink. ``check`` validates the config and the source database.
-``snapshot`` writes a request into the WAL that the daemon reading the slot turns into an incremental snapshot.
+``snapshot`` writes a request into the WAL that the daemon reading the slot turns into an incremental snapshot
+(refused under ``snapshot.read_only``, which writes nothing to the source: the signal topic asks for snapshots).
 ``status`` asks a running daemon (its metrics port) how it is doing and prints a summary, or ``--json``.
 
 Exit codes: 0 success, 1 a runtime failure (source problem, malformed stream), 2 bad configuration.
@@ -158,6 +159,9 @@ def _current_schemas(settings: Settings) -> list[tuple[str, str, dict[str, Any]]
 def _request_snapshot(settings: Settings, table: str, where: str | None) -> int:
     from cdcd.snapshot.reader import SnapshotRequestError, request_snapshot  # noqa: PLC0415
 
+    if settings.snapshot.read_only:
+        print(f"cdcd snapshot: {_read_only_refusal(settings, table, where)}", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         request_id = request_snapshot(settings.source, table, where)
     except SnapshotRequestError as exc:
@@ -260,6 +264,21 @@ def _serve_metrics(settings: Settings, loop: ReplicationLoop, sink: Sink) -> Met
         "serving metrics", address=address[0], port=port, paths=["/metrics", "/healthz", "/readyz"]
     )
     return metrics
+
+
+def _read_only_refusal(settings: Settings, table: str, where: str | None) -> str:
+    """Why `cdcd snapshot` does not write its request under ``snapshot.read_only``, and the way that works."""
+    data: dict[str, Any] = {"data-collections": [table], "type": "incremental"}
+    if where is not None:
+        data["additional-conditions"] = [{"data-collection": table, "filter": where}]
+    signal = json.dumps({"type": "execute-snapshot", "data": data})
+    topic = settings.signals.kafka.topic
+    where_to = f"the signal topic {topic}" if topic else "the signal topic (set signals.kafka.topic first)"
+    return (
+        "snapshot.read_only is on: cdcd writes nothing to the source, and this command would write its request into"
+        f" the source's WAL. Send an execute-snapshot record to {where_to}, keyed {settings.kafka.topic_prefix!r}"
+        f" (kafka.topic_prefix), valued {signal}"
+    )
 
 
 def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:

@@ -506,6 +506,12 @@ class SnapshotSettings(_Section):
         " the last one) or added by a pattern while streaming. Its rows written before it was added to the"
         " publication are not streamed; false: only what changes after that (modes initial and when_needed)",
     )
+    read_only: bool = Field(
+        False,
+        description="incremental snapshots that write nothing to the source (Debezium's read.only): no watermark"
+        " messages; each chunk's window is bounded by its snapshot's transaction ids and the WAL position read with"
+        " it. Snapshots are then asked for on the signal topic (signals.kafka.topic): `cdcd snapshot` refuses",
+    )
     progress_interval_s: float = Field(
         30.0, gt=0, description="while a table is snapshotted, log its rows, estimate, rate and time left this often"
     )

@@ -12,7 +12,9 @@ one event for the I/O loop to act on:
 * ``StatusRequested``: the server asked for a status update now.
 
 Row filters apply as changes arrive; transactions are assembled in bounded memory. While an incremental
-snapshot chunk is open, every change written is shown to its window (``watcher``) on its way to the sink.
+snapshot chunk is open, every change written (of the transactions it ``watches``) is shown to its window
+(``watcher``) on its way to the sink. ``position`` is how far this session's stream has come: the highest WAL
+position a frame reported (a keepalive's end of WAL, an XLogData's record), for read-only snapshot windows.
 ``status_due`` and ``status_update`` say when to report and what: the flush LSN is ``Ledger.flushed_lsn``,
 never past what the sink finished (acknowledged), whatever the server sent.
 """
@@ -76,10 +78,12 @@ Event = Write | Shaped | Publish | Watermark | SnapshotRequest | StatusRequested
 
 
 class ChangeWatcher(Protocol):
-    """Sees the changes written while it is ``watching`` (an incremental snapshot's chunk window)."""
+    """Sees the changes written while it is ``watching`` (an incremental snapshot's chunk window): those of each
+    committed transaction it ``watches``."""
 
     @property
     def watching(self) -> bool: ...
+    def watches(self, xid: int) -> bool: ...
     def observe(self, change: Change) -> None: ...
 
 
@@ -126,6 +130,7 @@ class ReplicationCore:
         self._pinged_at: float | None = None  # when it was asked for a keepalive during the current silence
         self.stats = stats or Stats()
         self.watcher: ChangeWatcher | None = None
+        self.position = 0  # the highest WAL position this session's frames reported
         # transactions just written, for the snapshot chunks' visibility check
         self.recent_xids: deque[int] = deque(maxlen=4096) if recent_xids is None else recent_xids
         self.next_status = 0.0  # when a status update is due (monotonic seconds)
@@ -135,11 +140,14 @@ class ReplicationCore:
         kind = frame[0]
         if kind == _W:
             data_start, wal_end = parse_xlogdata_header(frame)
-            self.ledger.received(max(data_start, wal_end))
+            position = max(data_start, wal_end)
+            self.ledger.received(position)
+            self.position = max(self.position, position)
             return self._payload(frame[XLOGDATA_PAYLOAD_OFFSET:], data_start)
         if kind == _K:
             keepalive = parse_keepalive(frame)
             self.ledger.idle(keepalive.wal_end, self.assembler.in_transaction)
+            self.position = max(self.position, keepalive.wal_end)
             return STATUS_REQUESTED if keepalive.reply_requested else None
         raise DecodeError("CopyData", 0, f"unknown replication frame type {chr(kind)!r}")
 
@@ -231,7 +239,7 @@ class ReplicationCore:
         stats.changes += txn.change_count
         self.recent_xids.append(txn.xid)
         watcher = self.watcher
-        if watcher is not None and watcher.watching:
+        if watcher is not None and watcher.watching and watcher.watches(txn.xid):
             return Write(txn, observed(txn.changes(), watcher.observe))
         return Write(txn, txn.changes())
 
@@ -270,11 +278,13 @@ class ReplicationCore:
         up to ``received``."""
         self.assembler.took(count, nbytes)
         self.ledger.received(received)
+        self.position = max(self.position, received)
 
     def written(self, xids: list[int], changes: int, received: int) -> None:
         """Transactions the lane (``cdcd.replication.lane``) took from the frames, in commit order, with
         ``changes`` changes in all; ``received``: the highest WAL position their frames reported."""
         self.ledger.received(received)
+        self.position = max(self.position, received)
         stats = self.stats
         stats.outcomes["plain", "commit"] += len(xids)
         stats.transactions += len(xids)

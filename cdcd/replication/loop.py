@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("cdcd.replication")
 
 SNAPSHOT_BACKPRESSURE = 50_000  # messages in flight in the sink above which no snapshot chunk is read
+# While a read-only snapshot window waits for the stream to pass its position, the server is asked for a keepalive
+# (its position) this often: an idle server sends one only every wal_sender_timeout / 2.
+POSITION_ASK_S = 0.1
 
 
 class _Stopped(Exception):
@@ -88,6 +91,7 @@ class ReplicationLoop:
         self.store: StateStore | None = None  # the session's state file (snapshot state, positions)
         self._streamed = False  # the current session reached streaming
         self._positions_due = 0.0  # when the positions may be saved again (monotonic seconds)
+        self._awaited: tuple[int | None, float] = (None, 0.0)  # a read-only window's position, when last asked for
         self.state = State(
             oldest_unacked_commit=self.ledger.oldest_commit_time,
             transactions=self.stats.outcomes,
@@ -246,6 +250,7 @@ class ReplicationLoop:
             source.slot,
             Timeouts.of(source),
             STAGE.copy_row_reader(),
+            read_only=self.settings.snapshot.read_only,
         )
         try:
             self._captured = reader.captured_tables([p.name for p in source.publications])
@@ -434,7 +439,9 @@ class ReplicationLoop:
         self._next_table_check = time.monotonic() + self.settings.source.table_check_interval_s
         while not self.stop.is_set():
             now = time.monotonic()
-            wait = min(1.0, core.next_status - now, sink.wake_in(), heartbeats.wake_in(now))
+            wait = min(
+                1.0, core.next_status - now, sink.wake_in(), heartbeats.wake_in(now), self._position_wake_in(now)
+            )
             frames = walsender.read(timeout=max(0.0, wait))
             if frames:
                 core.heard(time.monotonic())
@@ -445,9 +452,8 @@ class ReplicationLoop:
             self._heartbeat_if_due(walsender, heartbeats)
             self._new_tables_if_due(walsender)
             self._signals_if_due()
-            snapshotter = self.snapshotter
-            if snapshotter is not None and snapshotter.pending and sink.in_flight() < SNAPSHOT_BACKPRESSURE:
-                snapshotter.next_chunk(core.recent_xids)
+            if self.snapshotter is not None:
+                self._snapshot_step(walsender, core, self.snapshotter)
             self._write_notices()
             self._report(walsender)
             if reply:
@@ -455,6 +461,26 @@ class ReplicationLoop:
             else:
                 self._status_if_due(walsender, core)
         self.state.phase = "stopping"
+
+    def _snapshot_step(self, walsender: Walsender, core: ReplicationCore, snapshotter: Snapshotter) -> None:
+        """Close a read-only window the stream passed, read the next chunk when the sink has room, and while a
+        read-only window waits for the stream, ask the server for its position (at once for a new window)."""
+        snapshotter.reached(core.position)
+        if snapshotter.pending and self.sink.in_flight() < SNAPSHOT_BACKPRESSURE:
+            snapshotter.next_chunk(core.recent_xids)
+            snapshotter.reached(core.position)
+        awaiting, now = snapshotter.awaiting, time.monotonic()
+        if awaiting is None:
+            self._awaited = (None, 0.0)
+        elif awaiting != self._awaited[0] or now >= self._awaited[1] + POSITION_ASK_S:
+            self._awaited = (awaiting, now)
+            walsender.send(core.status_update(now, pg_now_us(), reply=True))
+
+    def _position_wake_in(self, now: float) -> float:
+        """Seconds until the server is asked for its position again (a read-only window waits), else 1."""
+        if self._awaited[0] is None:
+            return 1.0
+        return max(0.0, self._awaited[1] + POSITION_ASK_S - now)
 
     def _heartbeats(self) -> HeartbeatClock:
         """The session's heartbeat clock: off unless ``kafka.heartbeat.interval_s`` and a Kafka sink."""

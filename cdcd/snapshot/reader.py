@@ -3,7 +3,9 @@
 * ``SnapshotReader.use_exported``: the initial snapshot reads in the snapshot the slot exported.
 * ``SnapshotReader.rows``: one table in chunk-key order with ``COPY (SELECT ...) TO STDOUT``, from a key on.
 * ``SnapshotReader.chunk``: an incremental chunk in its own transaction, between a low and a high watermark
-  written with ``pg_logical_emit_message``, with the ``pg_current_snapshot()`` it was read in.
+  written with ``pg_logical_emit_message``, with the ``pg_current_snapshot()`` it was read in; ``read_only``:
+  in a read-only transaction, with that snapshot and the WAL position then instead of watermarks, so that
+  nothing is written to the source (``cdcd.snapshot.window``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from cdcd.filters.expr import FilterError, parse_filter
 from cdcd.pgoutput.messages import Column, Relation, Row, Type
 from cdcd.snapshot import control
 from cdcd.snapshot.copy import RowReader, row_reader
+from cdcd.snapshot.position import wal_position
 from cdcd.snapshot.xids import SnapshotXids
 from cdcd.source.catalog import ancestors, describe_table, enum_labels, index_columns, table_facts
 from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts, connect
@@ -65,6 +68,7 @@ class ChunkRead:
     rows: list[Row]
     xids: SnapshotXids
     watermark: str  # the high watermark's id
+    position: int | None = None  # read-only: the WAL position right after the snapshot (no watermark written)
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -164,7 +168,7 @@ def select_query(
 
 
 class SnapshotReader:
-    """A regular connection that reads tables for snapshots and writes watermarks."""
+    """A regular connection that reads tables for snapshots and writes watermarks (none when ``read_only``)."""
 
     def __init__(
         self,
@@ -173,8 +177,11 @@ class SnapshotReader:
         slot: str,
         timeouts: Timeouts | None = None,
         read_row: RowReader | None = None,
+        *,
+        read_only: bool = False,
     ) -> None:
         """``read_row``: the row stage's COPY row reader (``cdcd.rowstage``; None: the Python one)."""
+        self.read_only = read_only
         self.read_row = read_row or row_reader()
         self.timeouts = timeouts or Timeouts()
         self.conn = connect(dsn, password, self.timeouts)
@@ -247,14 +254,16 @@ class SnapshotReader:
         self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, watermark: str
     ) -> ChunkRead:
         """One incremental chunk: low watermark, then in one transaction the snapshot's xids, the table's
-        description and up to ``limit`` rows after ``after``, then the high watermark."""
+        description and up to ``limit`` rows after ``after``, then the high watermark. ``read_only``: no
+        watermark, the WAL position after the snapshot instead, in a read-only transaction."""
         conn = self.conn
+        read = self._chunk_read_only if self.read_only else self._chunk
         try:
             with self.timeouts.deadline(conn):
-                return self._chunk(name, condition, after, limit, watermark)
+                return read(name, condition, after, limit, watermark)
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
-        except psycopg.Error as exc:
+        except (psycopg.Error, ValueError) as exc:
             raise SourceError(f"cannot read a chunk of {name}: {_first(exc)}") from None
 
     def _chunk(
@@ -275,6 +284,21 @@ class SnapshotReader:
         finally:
             conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
         return ChunkRead(table, rows, xids, mark)
+
+    def _chunk_read_only(
+        self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, mark: str
+    ) -> ChunkRead:
+        conn = self.conn
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        try:
+            # the first statement takes the transaction's snapshot; the position is read after it
+            xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
+            position = wal_position(conn)
+            table = describe(conn, name)
+            rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit), self.read_row))
+        finally:
+            conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
+        return ChunkRead(table, rows, xids, mark, position)
 
     def _guard(self, call: Callable[[], _T]) -> _T:
         try:

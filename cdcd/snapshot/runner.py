@@ -4,10 +4,13 @@ the reader and the sink are passed in.
 * **Initial** (``run_initial``): when cdcd creates its slot, every captured table is read in the snapshot the
   slot exported, in chunk-key order, and written before streaming starts at the slot's consistent point.
 * **Incremental** (``next_chunk`` / ``observe`` / ``watermark``): while streaming, one chunk at a time in its own
-  transaction, with the DBLog window of ``cdcd.snapshot.window``. Queued by ``cdcd snapshot`` (a request
-  message in the WAL), by a record of the Kafka signal topic (``signal``: execute, stop, pause, resume; its
-  offset is kept in the state, so it is acted on once), for tables newly captured since the last start, and for
-  what an interrupted initial snapshot left (its exported snapshot died with the connection).
+  transaction, with the DBLog window of ``cdcd.snapshot.window``; with a reader in read-only mode
+  (``snapshot.read_only``) no watermark is written: the window closes once the stream passed the chunk's WAL
+  position (``reached``), and only transactions the chunk's snapshot did not see touch it (``watches``).
+  Queued by ``cdcd snapshot`` (a request message in the WAL), by a record of the Kafka signal topic
+  (``signal``: execute, stop, pause, resume; its offset is kept in the state, so it is acted on once), for
+  tables newly captured since the last start, and for what an interrupted initial snapshot left (its exported
+  snapshot died with the connection).
 
 Progress is saved when a chunk's rows are acknowledged; the next chunk does not wait for that. While a table
 is read, ``cdcd.snapshot.meter`` counts its rows against the planner's estimate and a progress line is logged
@@ -72,6 +75,8 @@ class Chunk(Protocol):
     def xids(self) -> SnapshotXids: ...
     @property
     def watermark(self) -> str: ...
+    @property
+    def position(self) -> int | None: ...  # read-only: the WAL position after the chunk's snapshot
 
 
 class BatchWriter(Protocol):
@@ -382,7 +387,10 @@ class Snapshotter:
         relation = chunk.table.relation
         rows = chunk.rows
         name = (relation.schema, relation.name)
-        window = ChunkWindow.open(name, relation, chunk.table.key_columns, rows, watermark)
+        snapshot = None if chunk.position is None else chunk.xids
+        window = ChunkWindow.open(
+            name, relation, chunk.table.key_columns, rows, watermark, until=chunk.position, snapshot=snapshot
+        )
         last = key_values(relation, chunk.table.key_columns, rows[-1]) if rows else after
         self.window = _Open(item, window, relation, last, len(rows) < self.chunk_size)
 
@@ -391,18 +399,39 @@ class Snapshotter:
         """A chunk's window is open: the changes written until its high watermark must be shown to ``observe``."""
         return self.window is not None
 
+    def watches(self, xid: int) -> bool:
+        """Whether the changes of committed transaction ``xid`` must be shown to ``observe``."""
+        return self.window is not None and self.window.window.concerns(xid)
+
     def observe(self, change: Change) -> None:
         if self.window is not None:
             self.window.window.observe(change)
+
+    @property
+    def awaiting(self) -> int | None:
+        """The WAL position the read-only window in flight waits for the stream to pass (None: no such window)."""
+        return None if self.window is None else self.window.window.until
+
+    def reached(self, position: int) -> None:
+        """The stream passed ``position`` (everything before it was emitted and written): a read-only window it
+        closes writes its rows."""
+        current = self.window
+        if current is not None and current.window.reached(position):
+            assert current.window.until is not None
+            self._close(current, current.window.until)
 
     def watermark(self, message: LogicalMessage) -> None:
         """A watermark reached the stream: at the high watermark of the chunk in flight, write its rows."""
         content = control.decode(message.content)
         current = self.window
-        if content is None:
+        if content is None or current is None or current.window.until is not None:
+            return  # a read-only window has no watermark: another cdcd's (another slot's) passes by
+        if content.get("id") != current.window.watermark or content.get("mark") != "high":
             return
-        if current is None or content.get("id") != current.window.watermark or content.get("mark") != "high":
-            return
+        self._close(current, message.lsn)
+
+    def _close(self, current: _Open, lsn: int) -> None:
+        """The window of ``current`` closed at stream position ``lsn``: write the rows left."""
         self.window = None
         if current.window.invalid:
             log.info(
@@ -412,7 +441,7 @@ class Snapshotter:
         item, rows = current.progress, list(current.window.rows.values())
         self.cursors[item.id] = current.last_key
         done = self._saved(item, current.last_key, len(rows), current.final)
-        batch = SnapshotBatch(current.relation, rows, message.lsn, time.time_ns() // 1000, "incremental", done=done)
+        batch = SnapshotBatch(current.relation, rows, lsn, time.time_ns() // 1000, "incremental", done=done)
         self.sink.write_snapshot(batch, self.ledger)
         self._count(item, len(rows))
         self._chunk_notice(item, current.last_key)

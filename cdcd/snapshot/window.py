@@ -10,6 +10,38 @@ watermark the rows left are emitted, positioned after everything S could see and
 Transactions the stream emitted *before* the chunk was read must all be visible in S. PostgreSQL writes a
 commit record before the transaction becomes visible to new snapshots, so a transaction just emitted can still
 be invisible to S: ``admits`` checks the recently emitted transaction ids, and such a chunk is read again.
+
+**Read-only windows** (``snapshot.read_only``) write nothing: no watermark. In the chunk's transaction, right
+after S is taken, the reader records L, the server's WAL position then (``cdcd.snapshot.position``: the insert
+position on a primary, the replay position on a standby). The window closes once the stream has come to L
+(``reached``), and only transactions S did not see touch it (``concerns``). Why the guarantees hold:
+
+* Every transaction S saw has its commit record ending at or before L. A primary inserts the commit record
+  before the transaction leaves the proc array (becomes visible), a standby replays it before; L is read after
+  S. (The write position, ``pg_current_wal_lsn``, would not do: an asynchronous commit is visible before its
+  record is written out.)
+* The walsender decodes the WAL in order and sends each transaction at its commit, so a frame it sends for
+  position p (a keepalive's end of WAL, the position of a record it decoded: a commit's end, a change's, a
+  message's) comes after every transaction whose commit ends at or before p. Once the stream came to L, every
+  transaction S saw has been emitted, before the chunk's rows: no row is shown before a change it already holds.
+* A transaction emitted while the window is open that S did not see (its xid at or past xmax, or in xip) may
+  hold a newer state than the chunk row it touches, and is emitted before the rows: that row is dropped (or
+  merged, for unchanged TOAST), as with watermarks. The xid a commit carries is the top-level one, also for
+  streamed and prepared transactions, and subtransactions commit with it, so it is what S is asked about (its
+  xip lists top-level xids only). A transaction S saw is left alone: the chunk row holds its change already.
+* Every transaction after L is invisible to S: closing late (after more frames) only drops rows the stream
+  carries anyway, and every such transaction emitted after the rows follows them correctly.
+* Transactions emitted before the window opened: ``admits``, as with watermarks.
+
+Debezium's read-only mode for PostgreSQL (``PostgresReadOnlyIncrementalSnapshotChangeEventSource``) takes
+``pg_current_snapshot()`` before and after the chunk and opens and closes the window by comparing each event's
+transaction id with their xmin and xmax, dropping rows for every event in it. A transaction id is given at
+a transaction's first write, not in commit order, and says nothing about how far the stream has come: when the
+stream lags, a transaction S saw can still be on its way when an event (or a heartbeat) with a low id closes
+Debezium's window. cdcd bounds the window by a WAL position instead, tests each emitted transaction against S
+itself, and closes an idle window by the server's keepalive, where Debezium needs heartbeat events. Debezium
+also calls ``pg_current_xact_id()`` when a snapshot starts, which assigns a transaction id (a commit record on a
+primary, an error on a standby): cdcd's read-only chunks run in ``READ ONLY`` transactions and write none.
 """
 
 from __future__ import annotations
@@ -53,7 +85,8 @@ def key_function(relation: Relation, key_columns: tuple[str, ...]) -> KeyOf:
 
 @dataclass
 class ChunkWindow:
-    """A chunk of ``table`` waiting for its high watermark ``watermark``."""
+    """A chunk of ``table`` waiting for its high watermark ``watermark``, or read-only (``until`` set) for the
+    stream to pass WAL position ``until``, touched only by transactions invisible in ``snapshot``."""
 
     table: tuple[str, str]  # (schema, name) as the stream's Relation messages name it
     key_columns: tuple[str, ...]
@@ -63,6 +96,8 @@ class ChunkWindow:
     dropped: int = 0
     merged: int = 0
     invalid: bool = False  # a key column disappeared from the table: the chunk must be read again
+    until: int | None = None  # read-only: the WAL position when the chunk was read (no watermark is written)
+    snapshot: SnapshotXids | None = None  # read-only: the chunk's snapshot (transactions it saw leave it alone)
     _keys: dict[int, tuple[Relation, KeyOf]] = field(default_factory=dict)
 
     @classmethod
@@ -73,9 +108,15 @@ class ChunkWindow:
         key_columns: tuple[str, ...],
         rows: Iterable[Row],
         watermark: str,
+        *,
+        until: int | None = None,
+        snapshot: SnapshotXids | None = None,
     ) -> ChunkWindow:
+        """``until`` and ``snapshot`` (both or neither): a read-only window."""
+        if (until is None) != (snapshot is None):
+            raise ValueError("a read-only window needs both its WAL position and its snapshot")
         key = key_function(relation, key_columns)
-        window = cls(table, key_columns, watermark, {key(r): r for r in rows}, relation)
+        window = cls(table, key_columns, watermark, {key(r): r for r in rows}, relation, until=until, snapshot=snapshot)
         window._keys[relation.relation_id] = (relation, key)
         return window
 
@@ -83,6 +124,16 @@ class ChunkWindow:
     def admits(snapshot: SnapshotXids, recent_xids: Iterable[int]) -> bool:
         """False when a transaction already emitted was not visible to the chunk's snapshot (read it again)."""
         return not any(snapshot.invisible(x) for x in recent_xids)
+
+    def concerns(self, xid: int) -> bool:
+        """Whether the changes of committed transaction ``xid`` must be shown to ``observe``: every one's, unless
+        read-only, where only those the chunk's snapshot did not see."""
+        return self.snapshot is None or self.snapshot.invisible(xid)
+
+    def reached(self, position: int) -> bool:
+        """Whether the stream, having come to ``position`` (everything committed before it emitted), closes this
+        window: a read-only one at its WAL position; one with a watermark never (its watermark does)."""
+        return self.until is not None and position >= self.until
 
     def observe(self, change: Change) -> None:
         """A change the stream emits inside the window (call for every change of every emitted transaction)."""

@@ -239,6 +239,9 @@ def test_watched_changes_are_shown_to_the_window_on_their_way_to_the_sink(tmp_pa
         def __init__(self) -> None:
             self.seen: list[Change] = []
 
+        def watches(self, xid: int) -> bool:
+            return xid != 6
+
         def observe(self, change: Change) -> None:
             self.seen.append(change)
 
@@ -253,6 +256,17 @@ def test_watched_changes_are_shown_to_the_window_on_their_way_to_the_sink(tmp_pa
     changes = list(write.changes)
     assert window.seen == changes
     assert len(changes) == 1
+    unwatched = built(
+        (0x1000, Begin(0x1100, 0, 6)),
+        (0x1010, RowChange("insert", REL, None, ("2", "b"), False, None, 0x1010, 10)),
+        (0x1108, Commit(0, 0x1100, 0x1108, 0)),
+    )
+    (other,) = written(run(core, unwatched))
+    assert other.xid == 6
+    assert window.seen == changes  # a transaction the window does not watch is not shown to it
+    assert core.position == 0x1108
+    core.frame(keepalive(0x2000))
+    assert core.position == 0x2000
 
 
 def test_unknown_frames_and_bad_messages_are_decode_errors_with_their_position(tmp_path: Path) -> None:

@@ -189,6 +189,7 @@ class FakeChunk:
     rows: list[Row]
     watermark: str
     xids: SnapshotXids = field(default_factory=lambda: SnapshotXids(1, 1, frozenset()))
+    position: int | None = None  # a watermark is written (not read-only)
 
 
 class FakeReader:
