@@ -173,11 +173,19 @@ def test_a_read_only_snapshot_under_key_changes_converges_and_writes_nothing(run
     assert run.stop() == 0
 
 
-def test_on_an_idle_database_keepalives_close_the_windows(run15: Run, signal_topic: str) -> None:
+@pytest.mark.every_pg  # how far the walsender's keepalives tell it has come, and when it sends them
+def test_on_an_idle_database_keepalives_close_the_windows(run: Run, db: Database) -> None:
     """Nothing changes while the table is read: no transaction reaches the stream, only the server's keepalives
     (its own, and answers to cdcd's requests) tell that it passed each chunk's position."""
-    run, db = run15, run15.db
     db.execute(BIG.replace("ROWS", "4500") + "CREATE PUBLICATION cdcd_pub FOR TABLE big")
+    signal_topic = f"{run.prefix}-signal"
+    try:
+        _idle_snapshot(run, db, signal_topic)
+    finally:
+        delete_topics(run.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], (signal_topic,))
+
+
+def _idle_snapshot(run: Run, db: Database, signal_topic: str) -> None:
     _start(run, signal_topic, chunk_size=1000)
     _signal(run, signal_topic, "public.big")
     _completed(run, timeout=120)
