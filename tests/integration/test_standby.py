@@ -82,7 +82,7 @@ def standby_run(pair: Pair, kafka_env: dict[str, str], tmp_path: Path) -> Iterat
 def _count(db: Database, name: str) -> int:
     try:
         return int(db.execute(f"SELECT count(*) FROM {name}")[0][0])
-    except psycopg.errors.UndefinedTable:  # not replayed yet
+    except (psycopg.OperationalError, psycopg.errors.UndefinedTable):  # the database or table not replayed yet
         return -1
 
 
@@ -142,10 +142,20 @@ def test_capture_from_a_standby_then_its_promotion(pair: Pair, standby_run: Stan
     ]
     assert any(v["source"]["table"] == "audit" for v in snapshots if v["source"]["snapshot"] == "incremental")
     log = run.log.read_text()
-    assert log.count('"slot_created": true') == 1, "a new slot was made after the promotion"
     reconnected = "the server was promoted; going on from cdcd's own position" in log
     print(
         f"\npg{pair.version} standby capture: {workload.committed} transactions, {len(events)} events,"
         f" {duplicates(events)} duplicates, {'reconnected' if reconnected else 'same walsender'} after the promotion"
     )
+
+    # A process started after the promotion: the state file says the slot was made on the standby, so the
+    # unsynced slot on the promoted server is cdcd's own; it goes on from there.
+    assert run.stop() == 0
+    standby.execute("INSERT INTO items SELECT i, 'after', i FROM generate_series(900001, 900010) i")
+    run.start(source={"primary_dsn": primary.dsn(), "reconnect": reconnect})
+    events = run.sync(timeout=120)
+    assert rebuild(events, f"{run.prefix}.public.items") == filtered(standby), "items differ after the restart"
+    log = run.log.read_text()
+    assert "the server was promoted; going on from cdcd's own position" in log, log[-3000:]
+    assert log.count('"slot_created": true') == 1, "a new slot was made after the promotion"
     assert run.stop() == 0
