@@ -347,9 +347,12 @@ class Walsender:
 
     def _primary(self) -> Primary:
         """The primary, where cdcd writes while the source is a standby (``check_standby`` refused a
-        configuration that would write without one)."""
+        configuration that would write without one). A standby promoted meanwhile (its walsender goes on) is
+        written to directly from the next session on: what went to the old primary would never reach it."""
         if self.primary is None:
             raise ConfigError("source.dsn is a hot standby, which takes no writes: set source.primary_dsn")
+        if not self._catalog(in_recovery):
+            raise SourceDisconnected("the standby was promoted: starting a new session, which writes to it directly")
         return self.primary
 
     def ancestors(self, relation: Relation) -> list[str]:

@@ -213,3 +213,25 @@ def test_a_process_started_after_the_standby_was_promoted_goes_on(tmp_path: Path
     store.load()
     with pytest.raises(SourceError, match="was not synchronized"):
         fresh_loop(tmp_path)._check_timeline(promoted, PromotedStandby(), store)  # type: ignore[arg-type]
+
+
+class Promoted(Standby):
+    """The standby's connection once it was promoted."""
+
+    def execute(self, query: Any, params: Any = None) -> Any:
+        self.queries.append(str(query))
+        return SimpleNamespace(fetchone=lambda: (False,))
+
+
+class Unreachable:
+    def execute(self, what: str, query: str) -> None:
+        raise AssertionError(f"{what} was sent to the old primary")
+
+
+def test_after_a_promotion_mid_stream_nothing_goes_to_the_old_primary() -> None:
+    """The walsender goes on across the promotion: the next write ends the session instead, and the next one
+    writes to the promoted server itself."""
+    sender = walsender.Walsender(source(primary_dsn="host=primary"), primary=Unreachable())  # type: ignore[arg-type]
+    sender.standby, sender._admin = True, Promoted()  # type: ignore[assignment]
+    with pytest.raises(walsender.SourceDisconnected, match="the standby was promoted"):
+        sender.run_action("UPDATE hb SET at = now()")
