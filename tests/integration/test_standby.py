@@ -159,3 +159,16 @@ def test_capture_from_a_standby_then_its_promotion(pair: Pair, standby_run: Stan
     assert "the server was promoted; going on from cdcd's own position" in log, log[-3000:]
     assert log.count('"slot_created": true') == 1, "a new slot was made after the promotion"
     assert run.stop() == 0
+
+
+def test_managed_publications_of_a_standby_are_made_on_the_primary(standby_run: StandbyRun) -> None:
+    run, primary, standby = standby_run, standby_run.writer, standby_run.db
+    managed = [{"name": "managed_pub", "tables": [{"name": "public.audit", "where": "n > 0"}]}]
+    run.start(source={"primary_dsn": primary.dsn(), "publications": managed, "manage_publications": True})
+    wait_log(run, "streaming", timeout=60)
+    for server in (primary, standby):  # made on the primary, read on the standby
+        assert server.execute("SELECT pubname FROM pg_publication WHERE pubname = 'managed_pub'") == [("managed_pub",)]
+    primary.execute("INSERT INTO audit VALUES (101, 'in', 1), (102, 'out', 0)")
+    events = run.sync()
+    assert sorted(e.key["id"] for e in events if e.key and e.topic.endswith(".audit")) == [101]
+    assert run.stop() == 0
