@@ -97,8 +97,9 @@ def _main(argv: list[str] | None) -> int:
 
 def _check(settings: Settings) -> int:
     from cdcd.source.checks import check_source  # noqa: PLC0415 - loaded only when used
+    from cdcd.source.standby import Writes  # noqa: PLC0415
 
-    findings = check_source(settings.source)
+    findings = check_source(settings.source, Writes.of(settings))
     problems = findings.config_errors + findings.problems
     state_problem = state_dir_problem(settings.snapshot.state_dir)
     if state_problem is not None:

@@ -185,6 +185,14 @@ class SourceSettings(_Section):
         description="file holding the source password (e.g. a mounted Secret), read at each connect; overrides"
         " a password in the DSN (trailing newline ignored)",
     )
+    primary_dsn: SecretStr | None = Field(
+        None,
+        description="when dsn is a hot standby (PostgreSQL 16+): libpq connection string of its primary, where cdcd"
+        " writes what a standby cannot (incremental snapshots' watermarks, `cdcd snapshot` requests, the heartbeat"
+        " action query, managed publications) and asks for the running-xacts record a slot created on the standby"
+        " waits for; password_file applies to it too (a standby has its primary's roles). Unused while dsn is not"
+        " a standby (e.g. once it was promoted); without it, what would write is refused",
+    )
     slot: str = Field("cdcd", description="logical replication slot (pgoutput) that keeps cdcd's position")
     create_slot: bool = Field(True, description="create the slot when it does not exist (else it is an error)")
     failover: bool | None = Field(
@@ -240,14 +248,16 @@ class SourceSettings(_Section):
         description="statement_timeout of the catalog queries (not of replication or snapshot reads); 0: none",
     )
 
-    @field_validator("dsn")
+    @field_validator("dsn", "primary_dsn")
     @classmethod
-    def _parse_dsn(cls, value: SecretStr) -> SecretStr:
+    def _parse_dsn(cls, value: SecretStr | None) -> SecretStr | None:
         """A DSN libpq cannot parse is a configuration error; the password of one it can is masked in every
         output."""
         from psycopg import ProgrammingError  # noqa: PLC0415 - psycopg loads only when a DSN is given
         from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
 
+        if value is None:
+            return None
         try:
             params = conninfo_to_dict(value.get_secret_value())
         except ProgrammingError as exc:

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Positions:
     """What the ledger keeps across restarts (in the state file, ``StateStore``): the server's timeline at the
-    last session, and the highest position handed to the sink, for the promotion check of the next process."""
+    last session, the highest position handed to the sink, and whether the server was a standby, for the promotion
+    check of the next process."""
 
     timeline: int = 0
     published_lsn: int = 0
+    standby: bool = False  # the server was a hot standby, where cdcd made its slot (not a synced copy)
 
 
 class Entry:

@@ -40,6 +40,8 @@ from cdcd.snapshot.reader import SnapshotReader
 from cdcd.snapshot.runner import Snapshotter, start_state
 from cdcd.snapshot.signals import SignalSource
 from cdcd.snapshot.state import SnapshotState, StateStore
+from cdcd.source.primary import Primary
+from cdcd.source.standby import Writes
 from cdcd.source.walsender import SessionInfo, SlotActive, SourceDisconnected, SourceError, Timeouts, Walsender
 
 if TYPE_CHECKING:
@@ -92,6 +94,7 @@ class ReplicationLoop:
         self._streamed = False  # the current session reached streaming
         self._positions_due = 0.0  # when the positions may be saved again (monotonic seconds)
         self._awaited: tuple[int | None, float] = (None, 0.0)  # a read-only window's position, when last asked for
+        self._standby = False  # the server of the last session was a standby (``Positions.standby``)
         self.state = State(
             oldest_unacked_commit=self.ledger.oldest_commit_time,
             transactions=self.stats.outcomes,
@@ -186,7 +189,8 @@ class ReplicationLoop:
             source = source.model_copy(update={"temporary_slot": True})  # nothing streams from it afterwards
         store = self.store = StateStore(self.settings.snapshot.state_dir, source.slot)
         saved = None if source.temporary_slot else store.load()
-        with Walsender(source, self.settings.filters.push_down) as walsender:
+        writes, primary = Writes.of(self.settings), Primary.of(source)
+        with Walsender(source, self.settings.filters.push_down, writes=writes, primary=primary) as walsender:
             request = slot_request(mode, saved, store.path)
             info = walsender.open(
                 export_snapshot=request.export_snapshot,
@@ -251,6 +255,8 @@ class ReplicationLoop:
             Timeouts.of(source),
             STAGE.copy_row_reader(),
             read_only=self.settings.snapshot.read_only,
+            standby=info.standby,
+            primary=walsender.primary if info.standby else None,
         )
         try:
             self._captured = reader.captured_tables([p.name for p in source.publications])
@@ -323,9 +329,10 @@ class ReplicationLoop:
         primary's history."""
         ledger, positions = self.ledger, store.positions
         previous = ledger.timeline or positions.timeline
+        standby = self._standby if ledger.timeline else positions.standby
         published = max(ledger.published_lsn, positions.published_lsn)
-        check_timeline(previous, info, walsender, published, ledger.flushed_lsn)
-        ledger.timeline = info.timeline
+        check_timeline(previous, info, walsender, published, ledger.flushed_lsn, standby_slot=standby)
+        ledger.timeline, self._standby = info.timeline, info.standby
 
     def _save_positions(self, now: float | None = None) -> None:
         """What the promotion check of a later process needs (the timeline, what was published), in the state
@@ -336,7 +343,7 @@ class ReplicationLoop:
         if now is not None and now < self._positions_due:
             return
         self._positions_due = (now or time.monotonic()) + self.settings.source.status_interval_s
-        self.store.save_positions(Positions(self.ledger.timeline, self.ledger.published_lsn))
+        self.store.save_positions(Positions(self.ledger.timeline, self.ledger.published_lsn, self._standby))
 
     def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, context: SessionContext) -> bool:
         """Read the tables in the slot's exported snapshot, and wait until the sink has all of it; False when a

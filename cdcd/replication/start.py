@@ -66,19 +66,35 @@ class Promotions(Protocol):
     def slot_sync(self) -> SlotSync | None: ...
 
 
-def check_timeline(previous: int, info: SessionInfo, source: Promotions, published_lsn: int, flushed_lsn: int) -> None:
+def check_timeline(
+    previous: int,
+    info: SessionInfo,
+    source: Promotions,
+    published_lsn: int,
+    flushed_lsn: int,
+    *,
+    standby_slot: bool = False,
+) -> None:
     """After a promotion (``previous`` timeline -> ``info.timeline``), the slot must have been synced and hold
     nothing cdcd published beyond the new primary's history; a synced slot a little behind cdcd is normal:
-    streaming starts at cdcd's position. Raises SourceError otherwise."""
-    if not previous or previous == info.timeline or info.slot_created or info.server_version < FAILOVER_VERSION:
+    streaming starts at cdcd's position. ``standby_slot``: the last session read a slot cdcd made on this server
+    while it was a standby (promoted since, or following a new primary): the same slot, not a copy, on any
+    version; it decoded only WAL this server has (its walsender goes on across the promotion, onto the new
+    timeline, and a standby cannot follow a history that forked before what it replayed), so there is no switch
+    point to check. Raises SourceError otherwise."""
+    if not previous or previous == info.timeline or info.slot_created:
         return
-    switch = switch_point(source.timeline_history(info.timeline), previous)
+    if info.server_version < FAILOVER_VERSION and not standby_slot:
+        return
+    switch = None if standby_slot else switch_point(source.timeline_history(info.timeline), previous)
     try:
-        lag = check_promotion(source.slot_sync(), published_lsn, flushed_lsn, switch)
+        lag = check_promotion(source.slot_sync(), published_lsn, flushed_lsn, switch, standby_slot)
     except PromotionError as exc:
         raise SourceError(f"after a failover (timeline {previous} -> {info.timeline}): {exc}") from None
     log.warning(
-        "the server was promoted; going on from cdcd's own position",
+        "the server's timeline changed; going on from cdcd's own position"
+        if info.standby
+        else "the server was promoted; going on from cdcd's own position",
         previous_timeline=previous,
         timeline=info.timeline,
         slot=lag,

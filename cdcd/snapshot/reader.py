@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import pq, sql
 
-from cdcd.config import SourceSettings
+from cdcd.config import ConfigError, SourceSettings
 from cdcd.filters.checks import ColumnInfo, TableInfo
 from cdcd.filters.expr import FilterError, parse_filter
 from cdcd.pgoutput.messages import Column, Relation, Row, Type
@@ -28,6 +28,8 @@ from cdcd.snapshot.copy import RowReader, row_reader
 from cdcd.snapshot.position import wal_position
 from cdcd.snapshot.xids import SnapshotXids
 from cdcd.source.catalog import ancestors, describe_table, enum_labels, index_columns, table_facts
+from cdcd.source.primary import Primary
+from cdcd.source.standby import INCREMENTAL_NEEDS_PRIMARY, in_recovery, wait_replayed
 from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts, connect
 
 Conn = psycopg.Connection[Any]
@@ -179,13 +181,19 @@ class SnapshotReader:
         read_row: RowReader | None = None,
         *,
         read_only: bool = False,
+        standby: bool = False,
+        primary: Primary | None = None,
     ) -> None:
-        """``read_row``: the row stage's COPY row reader (``cdcd.rowstage``; None: the Python one)."""
+        """``read_row``: the row stage's COPY row reader (``cdcd.rowstage``; None: the Python one). ``read_only``:
+        incremental chunks write nothing to the source (``snapshot.read_only``). ``standby``: the source is a hot
+        standby, whose watermarks are written on ``primary`` (``source.primary_dsn``)."""
         self.read_only = read_only
         self.read_row = read_row or row_reader()
         self.timeouts = timeouts or Timeouts()
         self.conn = connect(dsn, password, self.timeouts)
         self.slot = slot
+        self.standby = standby
+        self.primary = primary
 
     def close(self) -> None:
         self.conn.close()
@@ -261,6 +269,8 @@ class SnapshotReader:
         try:
             with self.timeouts.deadline(conn):
                 return read(name, condition, after, limit, watermark)
+        except ConfigError:
+            raise
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
         except (psycopg.Error, ValueError) as exc:
@@ -269,6 +279,8 @@ class SnapshotReader:
     def _chunk(
         self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, mark: str
     ) -> ChunkRead:
+        if self.standby:
+            return self._standby_chunk(name, condition, after, limit, mark)
         conn = self.conn
         emit(conn, control.WATERMARK_PREFIX, {"slot": self.slot, "id": mark, "mark": "low"})
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
@@ -299,6 +311,31 @@ class SnapshotReader:
         finally:
             conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
         return ChunkRead(table, rows, xids, mark, position)
+
+    def _standby_chunk(
+        self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, mark: str
+    ) -> ChunkRead:
+        """On a standby: the watermarks written on the primary, and the chunk read once the standby has replayed
+        the low one (so its snapshot is not older than the low watermark's place in the stream; the high one is
+        written after the read, so it comes after whatever the standby had replayed). A standby promoted before it
+        replayed either is a lost source: the session starts again, and the chunk is read again."""
+        if self.primary is None:
+            raise ConfigError(INCREMENTAL_NEEDS_PRIMARY)
+        conn, primary = self.conn, self.primary
+        low = primary.emit(control.WATERMARK_PREFIX, control.encode({"slot": self.slot, "id": mark, "mark": "low"}))
+        if not wait_replayed(conn, low):
+            raise SourceDisconnected("the standby was promoted while a snapshot chunk waited for its low watermark")
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        try:
+            xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
+            table = describe(conn, name)
+            rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit), self.read_row))
+        finally:
+            conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
+        high = primary.emit(control.WATERMARK_PREFIX, control.encode({"slot": self.slot, "id": mark, "mark": "high"}))
+        if not wait_replayed(conn, high):  # a promoted standby never replays it: the chunk would wait for good
+            raise SourceDisconnected("the standby was promoted before it replayed a snapshot chunk's high watermark")
+        return ChunkRead(table, rows, xids, mark)
 
     def _guard(self, call: Callable[[], _T]) -> _T:
         try:
@@ -340,6 +377,11 @@ def request_snapshot(settings: SourceSettings, table: str, where: str | None) ->
             raise SnapshotRequestError(f"--where: {exc}") from None
     conn = connect(settings.dsn.get_secret_value(), settings.read_password())
     try:
+        standby = in_recovery(conn)
+        if standby and settings.primary_dsn is None:
+            raise SnapshotRequestError(
+                "source.dsn is a hot standby, where the request cannot be written: " + INCREMENTAL_NEEDS_PRIMARY
+            )
         captured = captured_tables(conn, [p.name for p in settings.publications])
         if table not in captured:
             raise SnapshotRequestError(
@@ -354,11 +396,23 @@ def request_snapshot(settings: SourceSettings, table: str, where: str | None) ->
         except psycopg.Error as exc:
             raise SnapshotRequestError(f"--where does not work on {table}: {_first(exc)}") from None
         request_id = uuid.uuid4().hex[:12]
-        emit(
-            conn, control.REQUEST_PREFIX, {"slot": settings.slot, "table": table, "where": condition, "id": request_id}
-        )
+        request = {"slot": settings.slot, "table": table, "where": condition, "id": request_id}
+        if standby:
+            _request_on_primary(settings, request)
+        else:
+            emit(conn, control.REQUEST_PREFIX, request)
         return request_id
     except psycopg.OperationalError as exc:
         raise SourceDisconnected(f"connection lost: {_first(exc)}") from None
     finally:
         conn.close()
+
+
+def _request_on_primary(settings: SourceSettings, request: dict[str, Any]) -> None:
+    """``source.dsn`` is a standby: the request is written on its primary, whose WAL it replays."""
+    primary = Primary.of(settings)
+    assert primary is not None  # refused before without one
+    try:
+        primary.emit(control.REQUEST_PREFIX, control.encode(request))
+    finally:
+        primary.close()

@@ -10,6 +10,7 @@ import psycopg
 from cdcd.config import ConfigError, SourceSettings
 from cdcd.source import failover
 from cdcd.source.catalog import candidate_tables, implied_tables, prepare_filters
+from cdcd.source.standby import Writes, in_recovery, refusals
 from cdcd.source.walsender import SourceDisconnected, SourceError, connect, first_line
 
 
@@ -20,8 +21,9 @@ class Findings:
     warnings: list[str] = field(default_factory=list)
 
 
-def check_source(settings: SourceSettings) -> Findings:
-    """Every problem found (none when the source is ready)."""
+def check_source(settings: SourceSettings, writes: Writes | None = None) -> Findings:
+    """Every problem found (none when the source is ready). ``writes``: what the rest of the configuration writes
+    to the source (refused on a standby without ``source.primary_dsn``)."""
     try:
         conn = connect(settings.dsn.get_secret_value(), settings.read_password())
     except ConfigError as exc:
@@ -42,12 +44,37 @@ def check_source(settings: SourceSettings) -> Findings:
         else:
             findings.config_errors, findings.warnings = report.errors, report.warnings
         try:
+            standby = in_recovery(conn)
+        except psycopg.Error as exc:
+            findings.problems.append(f"cannot check whether the server is a standby: {first_line(exc)}")
+            return findings
+        if standby:
+            findings.config_errors.extend(refusals(settings, conn.info.server_version, writes or Writes()))
+            findings.warnings.extend(_standby_warnings(conn))
+            return findings  # a slot made on a standby is no failover slot
+        try:
             findings.warnings.extend(failover.readiness(conn, settings))
         except ConfigError as exc:
             findings.config_errors.append(str(exc))
         except psycopg.Error as exc:
             findings.warnings.append(f"cannot check whether the slot survives a failover: {first_line(exc)}")
         return findings
+
+
+def _standby_warnings(conn: psycopg.Connection[Any]) -> list[str]:
+    """What a standby needs for its slot to keep working (docs/operations.md: Capturing from a standby)."""
+    warnings = []
+    if _one(conn, "SHOW hot_standby_feedback") != "on":
+        warnings.append(
+            "hot_standby_feedback is off on the standby: the primary may remove catalog rows the slot needs, and"
+            " the slot is then invalidated (rows_removed)"
+        )
+    if not _one(conn, "SHOW primary_slot_name"):
+        warnings.append(
+            "primary_slot_name is not set on the standby: without a physical slot on the primary,"
+            " hot_standby_feedback does not hold the catalog rows while the standby is disconnected"
+        )
+    return warnings
 
 
 def _one(conn: psycopg.Connection[Any], query: str, params: list[Any] | None = None) -> Any:

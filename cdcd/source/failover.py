@@ -26,14 +26,15 @@ class PromotionError(RuntimeError):
     """The server cdcd reconnected to after a promotion cannot go on from cdcd's position."""
 
 
-def failover_wanted(settings: SourceSettings, server_version: int) -> bool:
-    """Whether the slot should have FAILOVER: ``source.failover``, by default on where the server has it."""
+def failover_wanted(settings: SourceSettings, server_version: int, standby: bool = False) -> bool:
+    """Whether the slot should have FAILOVER: ``source.failover``, by default on where the server has it; never on
+    a ``standby`` (PostgreSQL refuses it there; ``cdcd.source.standby`` refuses ``source.failover: true`` on one)."""
     if settings.failover and server_version < FAILOVER_VERSION:
         raise ConfigError(
             f"source.failover is true but the server is PostgreSQL {server_version // 10000}: failover slots"
             " need PostgreSQL 17 or later (set source.failover: false)"
         )
-    if settings.temporary_slot:
+    if settings.temporary_slot or standby:
         return False  # PostgreSQL refuses FAILOVER for temporary slots; nothing resumes from them anyway
     return server_version >= FAILOVER_VERSION if settings.failover is None else settings.failover
 
@@ -46,9 +47,11 @@ class SlotSync:
 
 
 def read_slot_sync(conn: psycopg.Connection[Any], slot: str) -> SlotSync | None:
-    """The slot's failover state (PostgreSQL 17+), None when it does not exist."""
+    """The slot's failover state (before PostgreSQL 17: neither failover nor synced), None when it does not
+    exist."""
+    state = "failover, synced" if conn.info.server_version >= FAILOVER_VERSION else "false, false"
     row = conn.execute(
-        "SELECT failover, synced, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", [slot]
+        f"SELECT {state}, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", [slot]
     ).fetchone()
     if row is None:
         return None
@@ -64,11 +67,17 @@ def switch_point(history: str, timeline: int) -> int | None:
     return None
 
 
-def check_promotion(slot: SlotSync | None, published_lsn: int, flushed_lsn: int, switch: int | None) -> str:
-    """After a promotion: a description of how far the synced slot lags cdcd, or PromotionError."""
+def check_promotion(
+    slot: SlotSync | None, published_lsn: int, flushed_lsn: int, switch: int | None, standby_slot: bool = False
+) -> str:
+    """After a promotion: a description of how far the synced slot lags cdcd, or PromotionError. ``standby_slot``:
+    cdcd made and read the slot on this very server while it was a standby (``source.dsn`` named the standby), so
+    the slot is cdcd's own, not a copy: it need not be synced."""
     if slot is None:
+        if standby_slot:
+            raise PromotionError("the slot cdcd read on this server while it was a standby no longer exists")
         raise PromotionError("the slot does not exist on the promoted server: it was not synchronized to it")
-    if not slot.synced:
+    if not slot.synced and not standby_slot:
         raise PromotionError(
             "the slot on the promoted server was not synchronized from the old primary (synced is false): its"
             " position is not cdcd's. Create the slot with failover (source.failover) and run the standby with"
@@ -81,7 +90,8 @@ def check_promotion(slot: SlotSync | None, published_lsn: int, flushed_lsn: int,
             " primary. Set synchronized_standby_slots on the primary so this cannot happen"
         )
     behind = max(0, flushed_lsn - slot.confirmed_flush_lsn)
-    return f"synced slot at {format_lsn(slot.confirmed_flush_lsn)}, {behind} bytes behind cdcd's position"
+    kind = "cdcd's own slot (made on the standby)" if standby_slot and not slot.synced else "synced slot"
+    return f"{kind} at {format_lsn(slot.confirmed_flush_lsn)}, {behind} bytes behind cdcd's position"
 
 
 def readiness(conn: psycopg.Connection[Any], settings: SourceSettings) -> list[str]:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import structlog
@@ -39,6 +39,10 @@ from cdcd.source.catalog import (
 )
 from cdcd.source.failover import SlotSync, failover_wanted, read_slot_sync
 from cdcd.source.protocol import protocol_version_for, quote_ident, start_replication_command
+from cdcd.source.standby import Nudger, Writes, check_standby, in_recovery, wait_replayed
+
+if TYPE_CHECKING:
+    from cdcd.source.primary import Primary
 
 T = TypeVar("T")
 log = structlog.get_logger("cdcd.source")
@@ -81,6 +85,7 @@ class SessionInfo:
     system_id: str = ""  # IDENTIFY_SYSTEM's systemid: the database cluster, kept by physical standbys
     consistent_point: int | None = None  # where a slot created now starts
     exported_snapshot: str | None = None  # the snapshot it exported, valid until START_REPLICATION
+    standby: bool = False  # the server is a hot standby (in recovery): cdcd writes nothing to it
 
     @property
     def parallel_streaming(self) -> bool:
@@ -212,9 +217,21 @@ def first_line(exc: BaseException) -> str:
 class Walsender:
     """One replication session. Use as a context manager; ``start()`` then ``read()``/``send()``."""
 
-    def __init__(self, settings: SourceSettings, push_down: bool = True) -> None:
+    def __init__(
+        self,
+        settings: SourceSettings,
+        push_down: bool = True,
+        *,
+        writes: Writes | None = None,
+        primary: Primary | None = None,
+    ) -> None:
+        """``writes``: what the rest of the configuration would write to the source (refused on a standby without
+        ``primary``); ``primary``: the standby's primary (``source.primary_dsn``), used while the source is one."""
         self.settings = settings
         self.push_down = push_down
+        self.writes = writes or Writes()
+        self.primary = primary
+        self.standby = False
         self._dsn = settings.dsn.get_secret_value()
         self._admin: psycopg.Connection[Any] | None = None
         self._repl: psycopg.Connection[Any] | None = None
@@ -232,6 +249,8 @@ class Walsender:
             if conn is not None and not conn.closed:
                 conn.close()
         self._repl = self._admin = None
+        if self.primary is not None:
+            self.primary.close()
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -247,6 +266,9 @@ class Walsender:
             self._admin = admin = connect(self._dsn, password, self._timeouts)
             server_version = admin.info.server_version
             encoding = wire_encoding(admin.info.parameter_status("server_encoding") or "UTF8")
+            self.standby = in_recovery(admin)
+            if self.standby:  # before anything is written
+                check_standby(self.settings, server_version, self.writes)
             plan = self._prepare_publications(admin)
         except BaseException:
             replication.discard()
@@ -268,6 +290,7 @@ class Walsender:
             system_id=system[0],
             consistent_point=None if created is None else parse_lsn(created[0]),
             exported_snapshot=None if created is None else created[1] or None,
+            standby=self.standby,
         )
 
     def start_replication(self, start_lsn: int) -> None:
@@ -296,14 +319,41 @@ class Walsender:
             log.warning(warning)
         if self.settings.manage_publications:
             try:
-                self._tables_seen = tables_fingerprint(admin)  # before the tables are listed: none is missed
-                sync_publications(admin, self.settings.publications, self.push_down)
+                if self.standby:
+                    self._sync_on_primary(admin)
+                else:
+                    self._tables_seen = tables_fingerprint(admin)  # before the tables are listed: none is missed
+                    sync_publications(admin, self.settings.publications, self.push_down)
             except PublicationError as exc:
                 raise SourceError(str(exc)) from None
             except psycopg.Error as exc:
                 raise SourceError(f"cannot create or alter the publications: {first_line(exc)}") from None
         self._require_publications(admin)
         return plan
+
+    def _sync_on_primary(self, admin: psycopg.Connection[Any]) -> None:
+        """A standby's managed publications: made on its primary, then waited for until the standby has them."""
+        primary = self._primary()
+
+        def sync(conn: psycopg.Connection[Any]) -> int:
+            self._tables_seen = tables_fingerprint(conn)
+            sync_publications(conn, self.settings.publications, self.push_down)
+            return parse_lsn(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])  # type: ignore[index]
+
+        written = primary.run("managing the publications", sync)
+        with self._timeouts.deadline(admin):
+            if not wait_replayed(admin, written):
+                raise SourceDisconnected("the standby was promoted while cdcd managed the publications")
+
+    def _primary(self) -> Primary:
+        """The primary, where cdcd writes while the source is a standby (``check_standby`` refused a
+        configuration that would write without one). A standby promoted meanwhile (its walsender goes on) is
+        written to directly from the next session on: what went to the old primary would never reach it."""
+        if self.primary is None:
+            raise ConfigError("source.dsn is a hot standby, which takes no writes: set source.primary_dsn")
+        if not self._catalog(in_recovery):
+            raise SourceDisconnected("the standby was promoted: starting a new session, which writes to it directly")
+        return self.primary
 
     def ancestors(self, relation: Relation) -> list[str]:
         """Partition ancestors of a replicated relation (for the row filters), from the catalog connection."""
@@ -340,24 +390,33 @@ class Walsender:
         """Tables created (renamed, moved) since the last look that the managed publications capture, added to them
         now. The catalog's tables are listed only when their fingerprint changed. A table the server refuses to
         add (e.g. not owned by cdcd's role) stops cdcd, as it would at start."""
+        if self.standby:
+            return self._primary().run("adding new tables to the publications", self._add_new_tables)
         if self._admin is None:
             raise SourceDisconnected("catalog connection is not open")
         try:
             with self._timeouts.deadline(self._admin):
-                seen = tables_fingerprint(self._admin)
-                if seen == self._tables_seen:
-                    return []
-                added = add_new_tables(self._admin, self.settings.publications)
+                return self._add_new_tables(self._admin)
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
         except psycopg.Error as exc:
             raise SourceError(f"cannot add a new table to the publications: {first_line(exc)}") from None
+
+    def _add_new_tables(self, conn: psycopg.Connection[Any]) -> list[str]:
+        seen = tables_fingerprint(conn)
+        if seen == self._tables_seen:
+            return []
+        added = add_new_tables(conn, self.settings.publications)
         self._tables_seen = seen
         return added
 
     def run_action(self, query: str) -> None:
         """Run the heartbeat's action query (``kafka.heartbeat.action_query``) on the catalog connection, within
-        its deadline. A lost connection is a lost source (reconnect); a query the server refuses stops cdcd."""
+        its deadline (on a standby: on its primary). A lost connection is a lost source (reconnect); a query the
+        server refuses stops cdcd."""
+        if self.standby:
+            self._primary().execute("kafka.heartbeat.action_query", query)
+            return
         if self._admin is None:
             raise SourceDisconnected("catalog connection is not open")
         try:
@@ -369,14 +428,15 @@ class Walsender:
             raise SourceError(f"kafka.heartbeat.action_query failed: {first_line(exc)}") from None
 
     def slot_retained_wal(self) -> int | None:
-        """Bytes of WAL the server keeps for the slot (None when it cannot tell, e.g. on a standby)."""
+        """Bytes of WAL the server keeps for the slot (on a standby: from what it replayed; None when it cannot
+        tell)."""
         if self._admin is None:
             return None
         try:
             with self._timeouts.deadline(self._admin):
                 row = self._admin.execute(
-                    "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint FROM pg_replication_slots"
-                    " WHERE slot_name = %s",
+                    "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END"
+                    " - restart_lsn)::bigint FROM pg_replication_slots WHERE slot_name = %s",
                     [self.settings.slot],
                 ).fetchone()
         except psycopg.Error as exc:  # a lost connection shows at the next catalog query or replication read
@@ -436,6 +496,7 @@ class Walsender:
                     " connection of this process the server has not noticed yet, or another consumer)"
                 )
             if wal_status not in _INVALIDATED:
+                self._refuse_synced(admin)
                 self._set_failover(server_version)
                 return None
             if not replace_lost:
@@ -457,19 +518,40 @@ class Walsender:
         if not self.settings.create_slot:
             raise SourceError(f"slot {slot!r} does not exist and source.create_slot is false")
         temporary = " TEMPORARY" if self.settings.temporary_slot else ""
-        failover = ", FAILOVER" if failover_wanted(self.settings, server_version) else ""
+        failover = ", FAILOVER" if failover_wanted(self.settings, server_version, self.standby) else ""
         if server_version >= 150000:
             snapshot = f" (SNAPSHOT '{'export' if export else 'nothing'}'{failover})"
         else:
             snapshot = " EXPORT_SNAPSHOT" if export else " NOEXPORT_SNAPSHOT"
-        created = self._command(f"CREATE_REPLICATION_SLOT {quote_ident(slot)}{temporary} LOGICAL pgoutput{snapshot}")
+        command = f"CREATE_REPLICATION_SLOT {quote_ident(slot)}{temporary} LOGICAL pgoutput{snapshot}"
+        if not self.standby:
+            created = self._command(command)
+            return created[1], created[2]
+        log.info(
+            "creating the slot on a standby: it waits for a running-xacts record from the primary",
+            slot=slot,
+            asking_primary=self.primary is not None,  # else the primary's own, every 15 s unless it is idle
+        )
+        with Nudger(self.primary) if self.primary is not None else contextlib.nullcontext():
+            created = self._command(command)
         return created[1], created[2]
+
+    def _refuse_synced(self, admin: psycopg.Connection[Any]) -> None:
+        """On a standby, a slot of this name synchronized from the primary cannot be read (PostgreSQL refuses)."""
+        if not self.standby or admin.info.server_version < 170000:
+            return
+        found = read_slot_sync(admin, self.settings.slot)
+        if found is not None and found.synced:
+            raise SourceError(
+                f"slot {self.settings.slot!r} on the standby is a failover slot synchronized from the primary (that"
+                " of a consumer of the primary): it cannot be read on the standby; set another source.slot"
+            )
 
     def _set_failover(self, server_version: int) -> None:
         """Give an existing slot the failover setting the config asks for (17+)."""
         if server_version < 170000 or self._admin is None:
             return
-        wanted, slot = failover_wanted(self.settings, server_version), self.settings.slot
+        wanted, slot = failover_wanted(self.settings, server_version, self.standby), self.settings.slot
         found = read_slot_sync(self._admin, slot)
         if found is not None and found.failover != wanted and not found.synced:
             self._command(
