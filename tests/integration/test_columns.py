@@ -1,7 +1,7 @@
 """Column selection and masking on the real stack: what a consumer reads from Kafka (through the registry) is what
 PostgreSQL itself computes for each rule (``encode(sha256(convert_to(salt || value, 'UTF8')), 'hex')`` for the
 hash), the column left out is in no record and no registered schema, through an initial snapshot, inserts, an
-update leaving a TOASTed value unchanged, a key change and a delete, in either envelope."""
+update leaving a TOASTed value unchanged, a key change, a delete and an incremental snapshot, in either envelope."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.integration.conftest import Database
 from tests.integration.kafka_harness import KEY_HEADERS, Event, Run, read_partitions
+from tests.integration.test_snapshot import cdcd_snapshot, wait_log
 
 pytestmark = pytest.mark.integration
 
@@ -115,6 +116,14 @@ def test_masked_and_excluded_columns_in_kafka_and_the_registry(
     assert created.moved == {"__debezium.oldkey": {"id": snapshot[1]["id"]}}
     deleted = [e for e in events if e.key == {"id": inserted[3]["id"]} and (e.value is None or e.value["op"] == "d")]
     assert [e.value is None for e in deleted] == [False, True]  # the delete and its tombstone
+    # an incremental snapshot (cdcd snapshot): its rows masked alike
+    result = cdcd_snapshot(run, "public.people")
+    assert result.returncode == 0, result.stderr
+    wait_log(run, "table snapshot finished", count=2)  # the initial one, then this one
+    now = expected(db, [2, 20])
+    incremental = [e for e in people(run) if e.value and e.value["source"]["snapshot"] == "incremental"]
+    got = {(e.key or {}).get("id"): e.value["after"] for e in incremental if e.value}
+    assert got == {now[i]["id"]: now[i] for i in (2, 20)}
     registry = SchemaRegistryClient({"url": run.env["CDCD_SCHEMA_REGISTRY__URL"]})
     topic = f"{run.prefix}.public.people"
     value = json.loads(registry.get_latest_version(f"{topic}-value").schema.schema_str or "{}")
