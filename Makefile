@@ -79,7 +79,7 @@ integration: venv stack avroread
 # gained 10-40 s of 166 and its timing races surfaced (see the notes of 2026-11-27).
 PARALLEL := -q -p no:cacheprovider -n 2 --dist loadgroup
 ROW_PATH_TESTS := tests/integration/test_kafka.py tests/integration/test_snapshot.py \
-	tests/integration/test_tail_streaming.py tests/integration/test_avroread.py
+	tests/integration/test_tail_streaming.py tests/integration/test_avroread.py tests/integration/test_columns.py
 test: venv
 	$(MAKE) --no-print-directory -j6 -O lint stack avroread unit-native unit-python wheel-test
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" \

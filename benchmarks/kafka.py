@@ -35,6 +35,10 @@ Debezium's types and layouts (the envelope written in Python around the compiled
 ``txpy`` and ``notxpy`` (not run by default) are ``tx`` and ``notx`` with ``CDCD_IMPL=python``: the
 Python reference alone, without the compiled row stage (cdcd._native), for a same-invocation comparison.
 
+``mask`` (not run by default) is ``tx`` with a hash mask on the bench table's text column ``v`` (``columns:
+{tables: {public.bench: {mask: {v: hash}}}}``, its salt in an environment variable): the cost of masking, in
+the compiled row stage; its ratio to ``tx`` is in the summary with the filter variants' (target >= 0.9).
+
 Row-filter variants (not run by default), each the ``tx`` configuration plus a 3-clause row filter on the
 bench table in cdcd's config (``source.publications: [{name: bench_pub, tables: [{name: public.bench, where:
 ...}], publish: [insert]}]``; ``publish: [insert]`` because a publication that publishes UPDATE or DELETE may
@@ -142,6 +146,7 @@ class Variant:
     delivery: str = "at_least_once"  # kafka.delivery
     envelope: str = "native"  # kafka.envelope
     kafka: tuple[tuple[str, Any], ...] = ()  # more kafka settings (the former defaults: the tuning's cost)
+    mask: str | None = None  # a bench column masked by hash (columns: section; the salt in MASK_SALT_ENV)
 
 
 VARIANTS = {
@@ -157,7 +162,9 @@ VARIANTS = {
     "notxpy": Variant(False, impl="python"),
     "filter": Variant(True, FILTER_ALL),
     "filter50": Variant(True, FILTER_HALF),
+    "mask": Variant(True, mask="v"),
 }
+MASK_SALT_ENV = "BENCH_MASK_SALT"
 TARGET_RATIO = 0.8
 SMALL_PROCEDURE = f"""
 CREATE PROCEDURE bench_small(txns int, per_txn int, INOUT last_start pg_lsn DEFAULT NULL) LANGUAGE plpgsql AS $$
@@ -216,6 +223,14 @@ def _set_filter(cmd: list[str], where: str) -> None:
         {"name": PUBLICATION, "tables": [{"name": f"public.{TABLE}", "where": where}], "publish": ["insert"]}
     ]
     path.write_text(yaml.safe_dump(config))
+
+
+def _columns(mask: str | None) -> dict[str, Any]:
+    """The ``columns:`` section of a mask variant: a hash of one bench column."""
+    if mask is None:
+        return {}
+    table = {f"public.{TABLE}": {"mask": {mask: "hash"}}}
+    return {"columns": {"tables": table, "hash_salt_env": MASK_SALT_ENV}}
 
 
 def _check_filter_log(log: Path, expected_filtered: int) -> None:
@@ -379,6 +394,7 @@ class KafkaBench(Bench):
             },
             schema_registry={"url": args.registry},
             metrics={"listen": "127.0.0.1:0"},
+            **_columns(VARIANTS[variant].mask),
         )
         if where is not None:
             _set_filter(cmd, where)
@@ -388,6 +404,7 @@ class KafkaBench(Bench):
         impl = VARIANTS[variant].impl
         if impl is not None:
             env["CDCD_IMPL"] = impl
+        env[MASK_SALT_ENV] = "bench-salt"
         log = self.workdir / f"{slot}.log"
         broker_before = _cpu_s(self.broker_pid) if self.broker_pid else None
         start = time.perf_counter()
@@ -532,7 +549,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--variants",
         default="tx,notx",
         help="cdcd runs per round: tx (kafka.transaction_topic true), notx (false), filter (tx plus a 3-clause "
-        "row filter that passes every row), filter50 (tx plus a 3-clause filter passing half the rows); "
+        "row filter that passes every row), filter50 (tx plus a 3-clause filter passing half the rows), mask (tx "
+        "plus a hash mask on one text column); "
         "default tx,notx",
     )
     add_common_args(parser)
@@ -670,11 +688,11 @@ def _filter_summary(workload: Workload, results: list[Result], variants: list[st
     lines = []
     for variant in variants:
         mine = seconds(variant)
-        if VARIANTS[variant].where is None or not mine or not tx:
+        if (VARIANTS[variant].where is None and VARIANTS[variant].mask is None) or not mine or not tx:
             continue
-        published = workload.matched[variant][0]
+        published = workload.matched[variant][0] if VARIANTS[variant].where is not None else rows
         lines.append(
-            f"{workload.name:<6} {variant:<8} {rows / min(tx):>9,.0f} {rows / min(mine):>13,.0f} "
+            f"{workload.name:<6} {variant:<8} {rows / min(tx):>9,.0f} {rows / min(mine):>14,.0f} "
             f"{min(tx) / min(mine):>6.3f} {statistics.median(tx) / statistics.median(mine):>7.3f} "
             f"{published:>11,} ({100 * published / rows:.0f}%)"
         )
@@ -776,14 +794,16 @@ def _print_summary(summary: list[str], filter_summary: list[str], variants: list
         return
     print()
     print(
-        "row filters (evaluated by cdcd; the server's publication has none, so it sends every row): rows/s = "
-        "the workload's rows (published or dropped) per second, best round; ratio = filter variant rows/s / tx "
-        "rows/s (best, and of the medians)"
+        "row filters (evaluated by cdcd; the server's publication has none, so it sends every row) and column "
+        "masks: rows/s = the workload's rows (published or dropped) per second, best round; ratio = variant "
+        "rows/s / tx rows/s (best, and of the medians)"
     )
     for name in dict.fromkeys(v for v in variants if VARIANTS[v].where is not None):
         print(f"  {name}: WHERE {VARIANTS[name].where}  (publish: insert)")
+    for name in dict.fromkeys(v for v in variants if VARIANTS[v].mask is not None):
+        print(f"  {name}: columns: a hash mask on {TABLE}.{VARIANTS[name].mask}  (no filter; target ratio >= 0.9)")
     head = (
-        f"{'workload':<6} {'variant':<8} {'tx rows/s':>9} {'filter rows/s':>13} {'ratio':>6} {'(median)':>7} "
+        f"{'workload':<6} {'variant':<8} {'tx rows/s':>9} {'variant rows/s':>14} {'ratio':>6} {'(median)':>7} "
         f"{'published':>11}"
     )
     print(head)

@@ -19,6 +19,8 @@ class _Change(Protocol):  # a RowChange as the compiled code reads it
 
 # (index, conversion code, its parameter, the reference writer of a non-null value, the field's encoded name)
 FieldSpec = tuple[int, int, int, Callable[[Value], bytes], bytes]
+# a column's mask rule: (code, n, the salt or the constant's UTF-8), as cdcd.columns.Mask.native gives it
+MaskSpec = tuple[int, int, bytes]
 Emit = Callable[[str, bytes | None, bytes | None, None], object]
 
 def read_tuple(buf: bytes, pos: int, /) -> tuple[Row, int] | None: ...
@@ -39,6 +41,7 @@ class RowWriter:
         nullable: bool,
         defaults: Sequence[bytes | None] | None = None,
         placeholders: Sequence[bytes | None] | None = None,
+        masks: Sequence[MaskSpec | None] | None = None,
     ) -> None: ...
     def __call__(self, row: Row, append: Callable[[bytes], object], toast: Callable[[str], object], /) -> None: ...
 

@@ -23,6 +23,7 @@ import structlog
 from cdcd import __version__, stopping
 from cdcd.assembly import AssemblyError
 from cdcd.avro.schema import SchemaError
+from cdcd.columns import ColumnRuleError
 from cdcd.config import ConfigError, Settings, load_settings
 from cdcd.filters import FilterFailure
 from cdcd.logging import configure
@@ -109,7 +110,11 @@ def _check(settings: Settings) -> int:
 
         problems += check_kafka(settings.kafka, settings.schema_registry)
         if not problems:  # both ends answer: would the registry take the tables' schemas as they are now?
-            problems += _schema_compatibility(settings)
+            try:
+                problems += _schema_compatibility(settings)
+            except ColumnRuleError as exc:  # the column rules do not fit a table as it is now
+                print(f"cdcd check: {exc}", file=sys.stderr)
+                return EXIT_CONFIG
     for warning in findings.warnings:
         print(f"cdcd check: warning: {warning}", file=sys.stderr)
     if problems:
@@ -144,13 +149,15 @@ def _current_schemas(settings: Settings) -> list[tuple[str, str, dict[str, Any]]
     reader = SnapshotReader(
         source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source), STAGE.copy_row_reader()
     )
+    columns = settings.columns.rules()
     try:
         candidates = []
         for name in reader.captured_tables([p.name for p in source.publications]):
             table = reader.describe(name)
             types = {t.type_oid: t for t in table.types}
             debezium = kafka.envelope == "debezium"
-            for subject, schema in table_subjects(table.relation, kafka.topic_prefix, types, debezium=debezium):
+            subjects = table_subjects(table.relation, kafka.topic_prefix, types, debezium=debezium, columns=columns)
+            for subject, schema in subjects:
                 candidates.append((name, subject, schema))
         return candidates
     finally:
@@ -212,7 +219,8 @@ def _sink(settings: Settings, output: str | None) -> tuple[Sink, EventShaper | N
     from cdcd.sink.jsonl import JsonLinesSink  # noqa: PLC0415 - loaded only when used
 
     out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
-    return JsonLinesSink(out, settings.sink.fsync), None, None if out is sys.stdout.buffer else out
+    sink = JsonLinesSink(out, settings.sink.fsync, settings.columns.rules())
+    return sink, None, None if out is sys.stdout.buffer else out
 
 
 def _kafka_sink(settings: Settings) -> tuple[Sink, EventShaper]:
@@ -234,6 +242,7 @@ def _kafka_sink(settings: Settings) -> tuple[Sink, EventShaper]:
         transaction_topic=kafka.transaction_topic,
         tombstones_on_delete=kafka.tombstones_on_delete,
         debezium=kafka.envelope == "debezium",
+        columns=settings.columns.rules(),
     )
     exactly_once = kafka.delivery == "exactly_once"
     delivery: Delivery = (
@@ -298,7 +307,7 @@ def _stream(settings: Settings, output: str | None, serve_metrics: bool) -> int:
     _tune_gc()
     try:
         loop.run()
-    except ConfigError as exc:
+    except (ConfigError, ColumnRuleError) as exc:
         log.error("configuration does not fit the source database", error=str(exc))
         return EXIT_CONFIG
     except FilterFailure as exc:

@@ -6,6 +6,7 @@ are errors (a typo must not silently fall back to a default).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -23,6 +25,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
+from cdcd.columns import ColumnRules, Mask, TableColumns
 from cdcd.secrets import redact, register_secret, register_url_password
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -497,6 +500,143 @@ class FilterSettings(_Section):
     )
 
 
+_MASK_RULES = ("hash", "null", "keep_first", "keep_last", "stars", "constant", "truncate")
+
+
+class MaskRule(_Section):
+    """One column's mask, of its text form: exactly one key (hash and null also alone: `email: hash`)."""
+
+    hash: bool = Field(
+        False,
+        description="SHA-256 of the salt then the value, as lower-case hex: PostgreSQL's"
+        " encode(sha256(convert_to(salt || value::text, 'UTF8')), 'hex') (Debezium's"
+        " column.mask.hash.v2.SHA-256.with.salt.<salt>); the only rule allowed on a key column",
+    )
+    null: bool = Field(False, description="always null; the field becomes nullable")
+    keep_first: int | None = Field(None, ge=0, description="keep the first n characters, every other one becomes *")
+    keep_last: int | None = Field(None, ge=0, description="keep the last n characters, every other one becomes *")
+    stars: int | None = Field(None, ge=1, description="n * whatever the value (Debezium's column.mask.with.<n>.chars)")
+    constant: str | None = Field(None, description="this text whatever the value")
+    truncate: int | None = Field(
+        None, ge=0, description="the first n characters (Debezium's column.truncate.to.<n>.chars)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_forms(cls, value: object) -> object:
+        if value is None or value == "null":  # YAML's `column: null`
+            return {"null": True}
+        if value == "hash":
+            return {"hash": True}
+        if isinstance(value, str):
+            raise ValueError(f"a mask is hash, null or a mapping of one of {', '.join(_MASK_RULES)}; got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> MaskRule:
+        given = [name for name in _MASK_RULES if getattr(self, name) not in (None, False)]
+        if len(given) != 1:
+            raise ValueError(f"a mask takes exactly one of {', '.join(_MASK_RULES)}; got {given or 'none'}")
+        return self
+
+    def rule(self, salt: bytes) -> Mask:
+        if self.hash:
+            return Mask("hash", salt=salt)
+        if self.null:
+            return Mask("null")
+        if self.constant is not None:
+            return Mask("constant", constant=self.constant)
+        if self.keep_first is not None:
+            return Mask("keep_first", self.keep_first)
+        if self.keep_last is not None:
+            return Mask("keep_last", self.keep_last)
+        if self.stars is not None:
+            return Mask("stars", self.stars)
+        assert self.truncate is not None  # validated: one rule
+        return Mask("truncate", self.truncate)
+
+
+class TableColumnSettings(_Section):
+    """One table's columns: an include list or an exclude list (not both), and masks by column."""
+
+    include: list[str] | None = Field(
+        None, description="send only these columns (Debezium's column.include.list); key columns must be in it"
+    )
+    exclude: list[str] = Field(
+        default_factory=list, description="leave these columns out (Debezium's column.exclude.list); not key columns"
+    )
+    mask: dict[str, MaskRule] = Field(default_factory=dict, description="mask rules by column name")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TableColumnSettings:
+        if self.include is not None and self.exclude:
+            raise ValueError("include and exclude are exclusive: give one list")
+        left_out = [c for c in self.mask if c in self.exclude or (self.include is not None and c not in self.include)]
+        if left_out:
+            raise ValueError(f"masked column(s) {', '.join(left_out)} are not sent at all: drop the mask or the column")
+        return self
+
+
+class ColumnSettings(_Section):
+    """Column selection and masking per captured table (Debezium's column.* settings). See README's "Columns"."""
+
+    tables: dict[str, TableColumnSettings] = Field(
+        default_factory=dict, description="rules by schema.table (the exact names, as in the catalog)"
+    )
+    hash_salt_file: Path | None = Field(
+        None, description="file holding the salt of hash masks (UTF-8, trailing newline ignored); never logged"
+    )
+    hash_salt_env: str | None = Field(
+        None, description="name of the environment variable holding the salt of hash masks, instead of a file"
+    )
+    _salt: bytes = PrivateAttr(b"")
+
+    @field_validator("tables")
+    @classmethod
+    def _table_names(cls, value: dict[str, TableColumnSettings]) -> dict[str, TableColumnSettings]:
+        for name in value:
+            _qualified_name(name)
+        return value
+
+    @model_validator(mode="after")
+    def _read_salt(self) -> ColumnSettings:
+        hashed = any(rule.hash for table in self.tables.values() for rule in table.mask.values())
+        if not hashed:
+            return self
+        if (self.hash_salt_file is None) == (self.hash_salt_env is None):
+            raise ValueError("hash masks need their salt: set exactly one of hash_salt_file and hash_salt_env")
+        salt = self._salt_text()
+        if not salt:
+            raise ValueError("the salt of hash masks is empty")
+        register_secret(salt)
+        self._salt = salt.encode()
+        return self
+
+    def _salt_text(self) -> str:
+        if self.hash_salt_env is not None:
+            return os.environ.get(self.hash_salt_env, "")
+        assert self.hash_salt_file is not None
+        try:
+            return self.hash_salt_file.read_text().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ValueError(f"cannot read hash_salt_file {self.hash_salt_file}: {reason}") from None
+
+    def rules(self) -> ColumnRules:
+        """The rules as the encoders apply them (``cdcd.columns``)."""
+        return ColumnRules(
+            {
+                name: TableColumns(
+                    name,
+                    None if table.include is None else frozenset(table.include),
+                    frozenset(table.exclude),
+                    {column: rule.rule(self._salt) for column, rule in table.mask.items()},
+                )
+                for name, table in self.tables.items()
+            }
+        )
+
+
 class SnapshotSettings(_Section):
     mode: Literal["initial", "never", "initial_only", "when_needed"] = Field(
         "initial",
@@ -622,6 +762,7 @@ class Settings(BaseSettings):
     source: SourceSettings
     buffer: BufferSettings = Field(default_factory=BufferSettings)
     filters: FilterSettings = Field(default_factory=FilterSettings)
+    columns: ColumnSettings = Field(default_factory=ColumnSettings)
     snapshot: SnapshotSettings = Field(default_factory=SnapshotSettings)
     sink: SinkSettings = Field(default_factory=SinkSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
@@ -630,6 +771,12 @@ class Settings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings)
     signals: SignalSettings = Field(default_factory=SignalSettings)
     notifications: NotificationSettings = Field(default_factory=NotificationSettings)
+
+    @model_validator(mode="after")
+    def _masks_read_text(self) -> Settings:
+        if self.source.binary and any(t.mask for t in self.columns.tables.values()):
+            raise ValueError("column masks read values in their text form: they need source.binary: false")
+        return self
 
     @model_validator(mode="after")
     def _notifications_need_kafka(self) -> Settings:

@@ -54,6 +54,7 @@ from cdcd.avro.metadata import (
     message_value_schema,
 )
 from cdcd.batches import Buffered, EncodedRun, Notification, Plain, SnapshotBatch, Transaction
+from cdcd.columns import NO_RULES, ColumnRules
 from cdcd.heartbeat import Heartbeat
 from cdcd.lsn import pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Type
@@ -86,11 +87,11 @@ def topic_name(prefix: str, schema: str, table: str) -> str:
 
 
 def table_subjects(
-    relation: Relation, prefix: str, types: dict[int, Type], *, debezium: bool
+    relation: Relation, prefix: str, types: dict[int, Type], *, debezium: bool, columns: ColumnRules = NO_RULES
 ) -> list[tuple[str, dict[str, Any]]]:
     """The registry subjects of a table's topic, each with the schema cdcd registers under it for ``relation``
     (as ``EventShaper.wire`` does): the key's (when the table has one) and the envelope's."""
-    schemas = build_schemas(relation, prefix, types, debezium=debezium)
+    schemas = build_schemas(relation, prefix, types, debezium=debezium, rules=columns.of(relation))
     topic = topic_name(prefix, relation.schema, relation.name)
     key = [] if schemas.key is None else [(f"{topic}-key", schemas.key)]
     return [*key, (f"{topic}-value", schemas.envelope)]
@@ -150,9 +151,11 @@ class EventShaper:
         clock_us: Callable[[], int] = _clock_us,
         stage: RowStage = STAGE,
         debezium: bool = False,
+        columns: ColumnRules = NO_RULES,
     ) -> None:
         self.stage = stage  # the row stage that encodes (cdcd.rowstage; PYTHON: the Python reference only)
         self.debezium = debezium  # Debezium's types and layouts (kafka.envelope: debezium)
+        self.columns = columns  # the columns sent and their masks, applied by each table's encoder
         self._encode_transaction: TransactionFieldsEncoder = stage.transaction_fields_encoder()
         self._transaction_topic = f"{prefix}.transaction"
         self.prefix = prefix
@@ -446,7 +449,9 @@ class EventShaper:
         if plan.wire is not None:
             return plan.wire.encoder
         if plan.encoder is None:
-            schemas = build_schemas(plan.relation, self.prefix, dict(self.types), debezium=self.debezium)
+            relation = plan.relation
+            rules = self.columns.of(relation)
+            schemas = build_schemas(relation, self.prefix, dict(self.types), debezium=self.debezium, rules=rules)
             plan.encoder = EnvelopeEncoder(schemas, stage=self.stage)
         return plan.encoder
 

@@ -195,9 +195,12 @@ def _compile_row(
         i = col.index
         m = col.mapping
         null = nullable and i not in defaults
+        env[f"F{i}"] = write_string(col.field)
+        if col.mask is not None and col.mask.kind == "null":  # never a value: null, whatever was sent
+            lines += [f"    if row[{i}] is ...:", f"        t(F{i})", "    a(b'\\x00')"]
+            continue
         env[f"P{i}"] = m.from_text
         env[f"B{i}"] = m.from_binary
-        env[f"F{i}"] = write_string(col.field)
         if m.kind == "array":
             env[f"W{i}"] = _array_writer(m, null)
         write = _write_lines(m.kind, i, null)
@@ -279,6 +282,8 @@ def _field_writer(col: ColumnSchema, nullable: bool) -> Callable[[Value], bytes]
     """The reference writer of one field's non-null value: what the generated Python code writes for it."""
     m = col.mapping
     text, binary = m.from_text, m.from_binary
+    if col.mask is not None and col.mask.kind == "null":
+        return lambda v: b"\x00"
     if m.kind == "array":
         write = _array_writer(m, nullable)
         return lambda v: write(text(v) if v.__class__ is str else binary(v))  # type: ignore[arg-type]
@@ -318,7 +323,8 @@ def _native_row(  # noqa: PLR0917
         None if not debezium or (p := _placeholder(c)) is None else _field_writer(c, n)(p)
         for c, n in zip(columns, null, strict=True)
     ]
-    return rows.row_writer(fields, ncols, nullable, missing, placeholders)
+    masks = [None if c.mask is None else c.mask.native() for c in columns]
+    return rows.row_writer(fields, ncols, nullable, missing, placeholders, masks)
 
 
 # --------------------------------------------------------------------------------------------- envelope
@@ -393,7 +399,7 @@ class EnvelopeEncoder:
     def __init__(self, schemas: RelationSchemas, *, stage: RowStage | None = None) -> None:
         self.schemas = schemas
         cols = schemas.columns
-        n = len(cols)
+        n = schemas.width
         self._key_columns = schemas.key_columns
         # Value columns that are not nullable (only in Debezium's layout): what a missing value becomes
         self._defaults = {c.index: default_value(c) for c in cols if c.required}
@@ -424,8 +430,9 @@ class EnvelopeEncoder:
     def _use_native(self, compiled: CompiledRows) -> None:
         cols, debezium = self.schemas.columns, self.schemas.debezium
         defaults = {i: d[0] for i, d in self._defaults.items()}
-        value_row = _native_row(compiled, cols, len(cols), True, defaults, debezium)
-        key_row = _native_row(compiled, self._key_columns, len(cols), False) if self._key_columns else None
+        width = self.schemas.width
+        value_row = _native_row(compiled, cols, width, True, defaults, debezium)
+        key_row = _native_row(compiled, self._key_columns, width, False) if self._key_columns else None
         self._value_row, self._key_row = value_row, key_row
         constants = self._connector_name, self._schema_table
         envelope = compiled.envelope(
@@ -648,9 +655,9 @@ class EnvelopeEncoder:
         for which, row in (("before", before), ("after", after)):
             if row is None:
                 continue
-            if len(row) != len(self.schemas.columns):
+            if len(row) != self.schemas.width:
                 return ConversionError(
-                    f"{which} row has {len(row)} values, the relation {len(self.schemas.columns)} columns",
+                    f"{which} row has {len(row)} values, the relation {self.schemas.width} columns",
                     table=table,
                     value=row,
                 )

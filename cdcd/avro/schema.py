@@ -8,9 +8,11 @@ name was changed keeps the column's real name in the property ``"pg.column"``. T
 whose names sanitize to the same field name are a SchemaError (no silent renaming that would shift when
 columns are added or dropped).
 
-Value: every column, each ``["null", T]`` with default null (pgoutput does not say which columns are NOT
+Value: every column sent, each ``["null", T]`` with default null (pgoutput does not say which columns are NOT
 NULL, and a key column can be null in ``before`` when the old tuple only carries the key). Key: the columns
 flagged ``is_key`` (the replica identity; under FULL the primary key), not nullable; None when there are none.
+The table's column rules (``cdcd.columns``) leave columns out (no field) and mask others (a string field, with
+``"cdcd.mask"`` naming the rule); the field's ``index`` stays its place in the row tuple.
 
 Envelope fields, in order: before, after (["null", Value]), source, op, ts_ms, ts_us (["null", "long"],
 Debezium's processing time), transaction (["null", event.block]), unchanged_toast (array of the Value field
@@ -22,11 +24,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from cdcd.avro.debezium import debezium_mapping
-from cdcd.avro.types import AvroSchema, TypeMapping, type_mapping
+from cdcd.avro.types import AvroSchema, ConversionError, Datum, TypeMapping, type_mapping
 from cdcd.pgoutput.messages import Relation, Type
+
+if TYPE_CHECKING:
+    from cdcd.columns import Mask, TableColumns
 
 _INVALID = re.compile(r"[^A-Za-z0-9_]")
 
@@ -125,6 +130,7 @@ class ColumnSchema:
     is_key: bool
     mapping: TypeMapping
     required: bool = False  # not nullable in the Value record (kafka.envelope: debezium, NOT NULL columns)
+    mask: Mask | None = None  # its mask rule (cdcd.columns): ``mapping`` is then the rule's, a string
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +151,11 @@ class RelationSchemas:
         return f"{self.relation.schema or 'pg_catalog'}.{self.relation.name}"
 
     @property
+    def width(self) -> int:
+        """Values in a row tuple: every column of the relation, also those left out of the records."""
+        return len(self.relation.columns)
+
+    @property
     def key_columns(self) -> tuple[ColumnSchema, ...]:
         return tuple(c for c in self.columns if c.is_key)
 
@@ -160,7 +171,23 @@ def _field(col: ColumnSchema, nullable: bool) -> dict[str, Any]:
         f["pg.column"] = col.column
     if col.mapping.doc:
         f["doc"] = col.mapping.doc
+    if col.mask is not None:
+        f["cdcd.mask"] = col.mask.kind
     return f
+
+
+def _no_value(value: bytes) -> Datum:
+    return None
+
+
+def _masked_binary(value: bytes) -> Datum:
+    raise ConversionError("a masked column reads the value's text form, and this one is in binary form")
+
+
+def masked_mapping(mask: Mask, pg_type: str) -> TypeMapping:
+    """A masked column's mapping: its text form masked (``Mask.apply``), sent as a string."""
+    binary = _no_value if mask.kind == "null" else _masked_binary
+    return TypeMapping(pg_type, ("string",), "string", mask.apply, binary, compiled=False)
 
 
 def source_schema(*, debezium: bool = False) -> dict[str, Any]:
@@ -185,19 +212,28 @@ def block_schema() -> dict[str, Any]:
 
 
 def build_schemas(
-    relation: Relation, prefix: str, types: dict[int, Type] | None = None, *, debezium: bool = False
+    relation: Relation,
+    prefix: str,
+    types: dict[int, Type] | None = None,
+    *,
+    debezium: bool = False,
+    rules: TableColumns | None = None,
 ) -> RelationSchemas:
     """Key, Value and Envelope schemas for ``relation``.
 
     ``prefix`` is the topic prefix (Debezium's ``topic.prefix``); ``types`` the pgoutput Type messages seen so
     far by OID: a column of such a user type (enum, domain, ...) is a string whose field documents the type.
     ``debezium``: columns in Debezium's type map (``cdcd.avro.debezium``, ``kafka.envelope: debezium``).
+    ``rules``: the table's column rules (``cdcd.columns``, checked by the caller): a column left out has no
+    field, a masked one the rule's type.
     """
     types = types or {}
     ns = namespace(prefix, relation)
     columns: list[ColumnSchema] = []
     seen: dict[str, str] = {}
     for i, col in enumerate(relation.columns):
+        if rules is not None and not rules.sent(col.name):
+            continue
         fname = sanitize(col.name)
         if fname in seen:
             raise SchemaError(
@@ -212,7 +248,11 @@ def build_schemas(
         else:
             m = type_mapping(col.type_oid, col.type_modifier, user)
         required = debezium and (col.is_key or col.not_null)  # Debezium: NOT NULL columns are not nullable
-        columns.append(ColumnSchema(i, col.name, fname, col.is_key, m, required))
+        mask = None if rules is None else rules.masks.get(col.name)
+        if mask is not None:
+            m = masked_mapping(mask, m.pg_type)
+            required = required and mask.kind != "null"
+        columns.append(ColumnSchema(i, col.name, fname, col.is_key, m, required, mask))
     value = {
         "type": "record",
         "name": "Value",

@@ -8,6 +8,8 @@ page cache: a crash of the machine can then lose lines already confirmed).
 Line fields: ``op`` (c, u, d, t, m), ``schema``, ``table``, ``before``, ``after``, ``xid``, ``commit_lsn``,
 ``lsn``; values are PostgreSQL's text form (binary-format values as ``\\x`` hex). A TOASTed column the server
 did not resend is left out of ``after`` and listed in ``unchanged_toast``. Truncate gives one line per table.
+The column rules (``columns:``, ``cdcd.columns``) apply as in Kafka: columns left out are absent, masked ones
+hold the masked text (a binary-format value masked in its ``\\x`` hex form).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
 from cdcd.batches import Buffered, SnapshotBatch, Transaction, decoded
+from cdcd.columns import NO_RULES, ColumnRules, Mask, TableColumns
 from cdcd.ledger import Entry, Ledger
 from cdcd.lsn import format_lsn, pg_to_unix_us
 from cdcd.pgoutput.messages import LogicalMessage, Relation, Row, RowChange, Truncate, Value
@@ -36,8 +39,10 @@ def _other(value: Value) -> str:
     return "null" if value is None else '"\\\\x' + value.hex() + '"'  # type: ignore[union-attr]
 
 
-def _row_writer(relation: Relation) -> RowWriter:
+def _row_writer(relation: Relation, rules: TableColumns | None = None) -> RowWriter:
     """Build a serializer for one relation's rows, with its column names quoted once."""
+    if rules is not None:
+        return _ruled_row_writer(relation, rules)
     names = [_quote(c.name) + ":" for c in relation.columns]
     keys = [c.is_key for c in relation.columns]
     none: list[str] = []
@@ -62,11 +67,48 @@ def _row_writer(relation: Relation) -> RowWriter:
     return write
 
 
+def _masked(mask: Mask, value: Value) -> str:
+    text = value if isinstance(value, str) else "\\x" + value.hex()  # type: ignore[union-attr]
+    masked = mask.apply(text)
+    return "null" if masked is None else _quote(masked)
+
+
+def _ruled_row_writer(relation: Relation, rules: TableColumns) -> RowWriter:
+    """The serializer of a table with column rules: the columns it sends, masked."""
+    columns = [
+        (i, _quote(c.name) + ":", c.is_key, rules.masks.get(c.name))
+        for i, c in enumerate(relation.columns)
+        if rules.sent(c.name)
+    ]
+
+    def write(row: Row | None, key_only: bool) -> tuple[str, list[str]]:
+        if row is None:
+            return "null", []
+        parts = []
+        unchanged = []
+        for i, name, is_key, mask in columns:
+            value = row[i]
+            if key_only and not is_key:
+                continue
+            if value is ...:
+                unchanged.append(name[:-1])
+            elif value is None:
+                parts.append(name + "null")
+            elif mask is not None:
+                parts.append(name + _masked(mask, value))
+            else:
+                parts.append(name + (_quote(value) if value.__class__ is str else _other(value)))
+        return "{" + ",".join(parts) + "}", unchanged
+
+    return write
+
+
 class JsonLinesSink(AtLeastOnce):
     """Writes transactions as they come; they are finished once their lines are on disk (``poll``, ``flush``)."""
 
-    def __init__(self, out: BinaryIO, fsync: bool = True) -> None:
+    def __init__(self, out: BinaryIO, fsync: bool = True, columns: ColumnRules = NO_RULES) -> None:
         self.out = out
+        self.columns = columns
         self.fsync = fsync and _regular_file(out)  # a pipe or a terminal has nothing to sync
         self._directory_synced = not self.fsync
         self.plans = Plans()
@@ -88,7 +130,7 @@ class JsonLinesSink(AtLeastOnce):
         if shape is None:
             where = f'"schema":{_quote(relation.schema)},"table":{_quote(relation.name)}'
             heads = {op: f'{{"op":"{code}",{where},"before":' for op, code in _OPS.items()}
-            shape = plan.json = JsonShape(_row_writer(relation), heads)
+            shape = plan.json = JsonShape(_row_writer(relation, self.columns.of(relation)), heads)
         return plan, shape
 
     def write_transaction(self, txn: Transaction, changes: Iterable[Buffered], progress: Ledger) -> None:

@@ -4,7 +4,8 @@
 //! * `read_tuple(buf, pos)`: pgoutput TupleData (UTF-8 server encoding) to a row tuple, as
 //!   `cdcd.pgoutput.decoder.read_tuple` returns it; `None` for anything malformed (the Python decoder then
 //!   raises its typed `DecodeError`, with the offset); `read_change`, a whole Insert, Update or Delete.
-//! * `RowWriter`: a compiled row record of `cdcd.avro.encoder`: row tuple in, Avro bytes out.
+//! * `RowWriter`: a compiled row record of `cdcd.avro.encoder`: row tuple in, Avro bytes out, with the
+//!   columns' mask rules of `cdcd.columns` (`mask.rs`).
 //! * `Envelope`: a table's `encode_value` and `encode_key` (`cdcd.avro.encoder.EnvelopeEncoder`), and `rows`, a
 //!   run of its changes shaped and emitted (`cdcd.shaping`); `prepare`, a change encoded as it arrives into an
 //!   `Encoded` run, and `splice`, such a run's records with its transaction's fields; `transaction_event`, a
@@ -22,6 +23,7 @@ mod encoded;
 mod envelope;
 mod frame;
 mod lane;
+mod mask;
 mod row;
 mod rules;
 mod tuple;

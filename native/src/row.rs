@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
 
 use crate::convert::{self, Kind};
+use crate::mask::Mask;
 
 struct Field {
     index: usize,
@@ -18,14 +19,18 @@ struct Field {
     default: Option<Vec<u8>>,
     /// What an unchanged TOAST value writes instead of null (Debezium's placeholder, union branch included).
     placeholder: Option<Vec<u8>>,
+    /// The column's mask rule (`cdcd.columns`): applied to a text value, written as a string.
+    mask: Option<Mask>,
 }
 
-/// `RowWriter(fields, ncols, nullable, defaults=None, placeholders=None)`: ``fields`` are (column index, kind
-/// code, kind parameter, fallback, encoded field name) in record order. Calling it with (row, append, toast)
-/// appends the record's bytes with ``append`` once; in a nullable (Value) record, NULL and unchanged TOAST
-/// values write the null branch, and unchanged ones call ``toast`` with the field's name; in a Key record
-/// they raise ValueError. ``defaults`` (by field, None or bytes): a field that is not nullable and what a
-/// missing value writes there; ``placeholders`` (by field): what an unchanged TOAST value writes there.
+/// `RowWriter(fields, ncols, nullable, defaults=None, placeholders=None, masks=None)`: ``fields`` are (column
+/// index, kind code, kind parameter, fallback, encoded field name) in record order. Calling it with (row,
+/// append, toast) appends the record's bytes with ``append`` once; in a nullable (Value) record, NULL and
+/// unchanged TOAST values write the null branch, and unchanged ones call ``toast`` with the field's name; in a
+/// Key record they raise ValueError. ``defaults`` (by field, None or bytes): a field that is not nullable and
+/// what a missing value writes there; ``placeholders`` (by field): what an unchanged TOAST value writes there;
+/// ``masks`` (by field, None or `cdcd.columns.Mask.native`'s (code, n, bytes)): the field's mask rule, which
+/// the fallback applies too (a value the rule cannot read, such as a binary form, goes to it).
 #[pyclass(frozen, module = "cdcd._native")]
 pub struct RowWriter {
     fields: Vec<Field>,
@@ -34,23 +39,26 @@ pub struct RowWriter {
 }
 
 type FieldSpec = (usize, u32, u32, Py<PyAny>, Py<PyBytes>);
+type MaskSpec = (u32, usize, Vec<u8>);
 
 #[pymethods]
 impl RowWriter {
     #[new]
-    #[pyo3(signature = (fields, ncols, nullable, defaults=None, placeholders=None))]
+    #[pyo3(signature = (fields, ncols, nullable, defaults=None, placeholders=None, masks=None))]
     fn new(
         fields: Vec<FieldSpec>,
         ncols: usize,
         nullable: bool,
         defaults: Option<Vec<Option<Vec<u8>>>>,
         placeholders: Option<Vec<Option<Vec<u8>>>>,
+        masks: Option<Vec<Option<MaskSpec>>>,
     ) -> PyResult<Self> {
         let n = fields.len();
         let mut defaults = defaults.unwrap_or_else(|| vec![None; n]).into_iter();
         let mut placeholders = placeholders.unwrap_or_else(|| vec![None; n]).into_iter();
-        if defaults.len() != n || placeholders.len() != n {
-            return Err(PyValueError::new_err("defaults and placeholders go by field"));
+        let mut masks = masks.unwrap_or_else(|| vec![None; n]).into_iter();
+        if defaults.len() != n || placeholders.len() != n || masks.len() != n {
+            return Err(PyValueError::new_err("defaults, placeholders and masks go by field"));
         }
         let fields = fields
             .into_iter()
@@ -60,6 +68,13 @@ impl RowWriter {
                 if index >= ncols {
                     return Err(PyValueError::new_err(format!("column {index} of {ncols}")));
                 }
+                let mask = match masks.next().flatten() {
+                    Some((code, n, data)) => Some(
+                        Mask::from_spec(code, n, data)
+                            .ok_or_else(|| PyValueError::new_err(format!("unknown mask code {code}")))?,
+                    ),
+                    None => None,
+                };
                 Ok(Field {
                     index,
                     kind,
@@ -67,6 +82,7 @@ impl RowWriter {
                     name,
                     default: defaults.next().flatten(),
                     placeholder: placeholders.next().flatten(),
+                    mask,
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
@@ -92,6 +108,27 @@ impl RowWriter {
 }
 
 impl RowWriter {
+    /// Write a masked field's present value: the null branch for the null rule, else the rule's text of a
+    /// `str` (with the union branch when `branch`); false: a value left to the fallback (not a `str`, or one
+    /// without a UTF-8 form).
+    fn write_masked(mask: &Mask, value: &Bound<'_, PyAny>, branch: bool, out: &mut Vec<u8>) -> bool {
+        if matches!(mask, Mask::Null) {
+            out.push(0);
+            return true;
+        }
+        let Ok(s) = value.cast_exact::<PyString>() else {
+            return false;
+        };
+        let Ok(text) = s.to_str() else {
+            return false;
+        };
+        if branch {
+            out.push(2);
+        }
+        mask.write(text, out);
+        true
+    }
+
     /// Append the record of ``row`` to ``out``; ``toast`` gets the encoded name of each unchanged TOAST field.
     pub fn write(
         &self,
@@ -122,6 +159,11 @@ impl RowWriter {
                     toast(field.name.bind(py))?;
                 }
                 continue;
+            }
+            if let Some(mask) = &field.mask {
+                if Self::write_masked(mask, &value, self.nullable && field.default.is_none(), out) {
+                    continue;
+                }
             }
             let mark = out.len();
             if self.nullable && field.default.is_none() {

@@ -9,6 +9,7 @@ compared with the Python decoder on captured and generated messages, whole, trun
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from cdcd.avro import EnvelopeEncoder, build_schemas
 from cdcd.avro.encoder import native_kind
 from cdcd.avro.types import type_mapping
 from cdcd.batches import SnapshotBatch, Transaction
+from cdcd.columns import NO_RULES, ColumnRules, Mask, TableColumns
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Change, Column, LogicalMessage, Relation, Row, RowChange, Truncate, Type, Value
 from cdcd.plan import Plans
@@ -106,9 +108,12 @@ def outcome(writer: Any, row: Row, nullable: bool) -> tuple[str, Any]:
 LAYOUTS = pytest.mark.parametrize("debezium", [False, True], ids=["cdcd", "debezium"])
 
 
-def writers(case: Case, debezium: bool = False) -> tuple[EnvelopeEncoder, EnvelopeEncoder]:
-    """Compiled and Python encoders of the case's table; ``debezium``: in Debezium's envelope and type map."""
-    schemas = build_schemas(case.relation, "srv", TYPES, debezium=debezium)
+def writers(
+    case: Case, debezium: bool = False, rules: TableColumns | None = None
+) -> tuple[EnvelopeEncoder, EnvelopeEncoder]:
+    """Compiled and Python encoders of the case's table; ``debezium``: in Debezium's envelope and type map;
+    ``rules``: the table's column rules."""
+    schemas = build_schemas(case.relation, "srv", TYPES, debezium=debezium, rules=rules)
     return EnvelopeEncoder(schemas, stage=STAGE), EnvelopeEncoder(schemas)
 
 
@@ -172,6 +177,76 @@ def test_envelope_and_key_bytes_equal_the_python_reference(
     for row in (before, after):
         if row is not None:
             assert raised_or_returned(compiled.encode_key, row) == raised_or_returned(reference.encode_key, row)
+
+
+# -- column rules ---------------------------------------------------------------------------------------------------
+
+_KEY_RULES = st.sampled_from(["keep", "hash"])
+_RULES = st.sampled_from(["keep", "out", "hash", "keep_first", "keep_last", "stars", "constant", "null", "truncate"])
+
+
+def _mask(draw: st.DrawFn, kind: str) -> Mask:
+    if kind == "hash":
+        return Mask("hash", salt=draw(st.text(min_size=1, max_size=80)).encode())
+    if kind == "constant":
+        return Mask("constant", constant=draw(st.text(max_size=20)))
+    if kind == "null":
+        return Mask("null")
+    return Mask(kind, draw(st.integers(0 if kind != "stars" else 1, 12)))  # type: ignore[arg-type]
+
+
+@st.composite
+def table_rules(draw: st.DrawFn, relation: Relation) -> TableColumns:
+    """Rules any table may have: key columns hashed or kept, the others left out, kept or masked by any rule."""
+    exclude, masks = set(), {}
+    for column in relation.columns:
+        kind = draw(_KEY_RULES if column.is_key else _RULES)
+        if kind == "out":
+            exclude.add(column.name)
+        elif kind != "keep":
+            masks[column.name] = _mask(draw, kind)
+    return TableColumns(f"{relation.schema or 'pg_catalog'}.{relation.name}", None, frozenset(exclude), masks)
+
+
+TEXTS = st.text(max_size=200) | st.sampled_from(["", "é" * 63, "x" * 55, "x" * 56, "x" * 64, "ü€😀" * 30])
+
+
+@LAYOUTS
+@SETTINGS
+@given(data=st.data(), case=cases())
+def test_masked_rows_and_envelopes_equal_the_python_reference(data: st.DataObject, case: Case, debezium: bool) -> None:
+    """Any rules on random tables: rows, envelopes and keys written alike (hashes of texts across SHA-256's block
+    boundaries, characters beyond ASCII, binary forms a rule cannot read, NULL and unchanged TOAST values)."""
+    rules = data.draw(table_rules(case.relation))
+    compiled, reference = writers(case, debezium, rules)
+    assert compiled.envelope is not None
+    rows: list[Row] = []
+    for toast in (False, True):
+        values = list(draw_row(data.draw, case, toast=toast and not debezium).row)
+        for i in data.draw(st.lists(st.integers(0, len(values) - 1), max_size=3)):
+            values[i] = data.draw(TEXTS)
+        rows.append(tuple(values))
+    for row in rows:
+        for name in ("_value_row", "_key_row"):
+            fast, slow = getattr(compiled, name), getattr(reference, name)
+            if slow is not None:
+                nullable = name == "_value_row"
+                assert outcome(fast, row, nullable) == outcome(slow, row, nullable)
+        assert raised_or_returned(compiled.encode_key, row) == raised_or_returned(reference.encode_key, row)
+    args = ("u", rows[0], rows[1], data.draw(SOURCES), data.draw(LONGS), data.draw(LONGS), data.draw(TXS))
+    assert raised_or_returned(compiled.encode_value, *args) == raised_or_returned(reference.encode_value, *args)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=150), TEXTS)
+def test_the_compiled_hash_is_sha256(salt: bytes, text: str) -> None:
+    """native/src/mask.rs's SHA-256 against hashlib, through a one-field row writer."""
+    assert STAGE.rows is not None
+    fields = [(0, 8, 0, lambda v: b"", b"\x02v")]
+    writer = STAGE.rows.row_writer(fields, 1, False, None, None, [Mask("hash", salt=salt).native()])
+    parts: list[bytes] = []
+    writer((text,), parts.append, None)  # type: ignore[arg-type]
+    assert parts == [b"\x80\x01" + hashlib.sha256(salt + text.encode()).hexdigest().encode()]
 
 
 def test_row_of_the_wrong_length_or_a_null_key_is_refused_by_both() -> None:
@@ -297,8 +372,13 @@ class _Buffer:
         """Nothing to release."""
 
 
-def shaped(
-    items: list[Change], native: bool, tombstones: bool, many: bool = False, debezium: bool = False
+def shaped(  # noqa: PLR0917
+    items: list[Change],
+    native: bool,
+    tombstones: bool,
+    many: bool = False,
+    debezium: bool = False,
+    columns: ColumnRules = NO_RULES,
 ) -> tuple[str, Any]:
     """What the shaper emits; ``many``: the compiled shaper's records through ``emit_many``, a list at a time."""
     shaper = EventShaper(
@@ -308,6 +388,7 @@ def shaped(
         clock_us=lambda: 1_700_000_000_000_000,
         stage=STAGE if native else PYTHON,
         debezium=debezium,
+        columns=columns,
     )
     shaper.start_session("db", {}, Plans())
     records: list[Any] = []
@@ -340,6 +421,20 @@ def test_compiled_shaper_emits_what_the_python_shaper_emits(
             made.append(item)
     compiled = shaped(made, native=True, tombstones=tombstones, many=many, debezium=debezium)
     assert compiled == shaped(made, native=False, tombstones=tombstones, debezium=debezium)
+
+
+@LAYOUTS
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(changes(), max_size=30), st.data())
+def test_compiled_shaper_with_column_rules_emits_what_the_python_shaper_emits(
+    debezium: bool, items: list[RowChange], data: st.DataObject
+) -> None:
+    """The same with rules on every table: key changes (before images, key headers), deletes with key-only old
+    rows, unchanged TOAST values, refused values."""
+    columns = ColumnRules({f"{t.schema}.{t.name}": data.draw(table_rules(t)) for t in TABLES})
+    made: list[Change] = list(items)
+    compiled = shaped(made, native=True, tombstones=True, debezium=debezium, columns=columns)
+    assert compiled == shaped(made, native=False, tombstones=True, debezium=debezium, columns=columns)
 
 
 @settings(max_examples=300, deadline=None)
@@ -388,7 +483,10 @@ def test_copy_lines_read_as_the_python_reference_reads_them(fields: list[bytes],
 def test_compiled_snapshot_rows_equal_the_python_shaper(  # noqa: PLR0917 - the drawn parts
     debezium: bool, relation: Relation, data: st.DataObject, first: bool, last: bool, marker: str
 ) -> None:
-    """Snapshot batches (the first and last rows of a whole snapshot marked, refused values) shaped alike."""
+    """Snapshot batches (the first and last rows of a whole snapshot marked, refused values) shaped alike, with
+    column rules now and then."""
+    rules = data.draw(st.none() | table_rules(relation))
+    columns = NO_RULES if rules is None else ColumnRules({rules.table: rules})
     rows = data.draw(
         st.lists(
             st.tuples(*(KEYS[c.type_oid] if c.is_key else VALUES for c in relation.columns)).map(
@@ -400,7 +498,8 @@ def test_compiled_snapshot_rows_equal_the_python_shaper(  # noqa: PLR0917 - the 
 
     def shape(native: bool) -> tuple[str, Any]:
         clock = lambda: 1_700_000_000_000_000  # noqa: E731
-        shaper = EventShaper("cdcd", _Registry(), clock_us=clock, stage=STAGE if native else PYTHON, debezium=debezium)
+        stage = STAGE if native else PYTHON
+        shaper = EventShaper("cdcd", _Registry(), clock_us=clock, stage=stage, debezium=debezium, columns=columns)
         shaper.start_session("db", {}, Plans())
         records: list[Any] = []
         batch = SnapshotBatch(relation, rows, 0x900, 1_600_000_000_000_000, marker, first, last)  # type: ignore[arg-type]
