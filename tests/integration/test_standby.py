@@ -5,6 +5,8 @@ mid-stream: cdcd goes on from the same slot, and the tables rebuilt from Kafka e
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +14,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from confluent_kafka import Producer
 
 from tests.integration.conftest import Database, PgServer
-from tests.integration.kafka_harness import Run
+from tests.integration.kafka_harness import Run, delete_topics
 from tests.integration.test_check import run_cdcd
 from tests.integration.test_failover import HA_VERSIONS, Pair, Workload, duplicates, rebuild, table, wait
 from tests.integration.test_snapshot import cdcd_snapshot, wait_log
@@ -172,3 +175,50 @@ def test_managed_publications_of_a_standby_are_made_on_the_primary(standby_run: 
     events = run.sync()
     assert sorted(e.key["id"] for e in events if e.key and e.topic.endswith(".audit")) == [101]
     assert run.stop() == 0
+
+
+def test_a_read_only_incremental_snapshot_on_a_standby_needs_no_primary(pair: Pair, standby_run: StandbyRun) -> None:
+    """snapshot.read_only on a standby without source.primary_dsn: an incremental snapshot asked for on the signal
+    topic, its windows closed at the standby's replay position, under the workload on the primary; the table
+    rebuilt from Kafka equals the standby's, and cdcd had no way to write anywhere (it knows no primary)."""
+    run, primary, standby = standby_run, standby_run.writer, standby_run.db
+    signals = f"{run.prefix}-signal"
+    try:
+        nudged = threading.Event()
+
+        def nudge() -> None:  # a slot made on a standby waits for a running-xacts record of the primary's
+            while not nudged.wait(0.5):
+                primary.execute("SELECT pg_log_standby_snapshot()")
+
+        nudging = threading.Thread(target=nudge, daemon=True)
+        nudging.start()
+        run.start(
+            extra={
+                "snapshot": {"state_dir": str(run.tmp_path / "state"), "chunk_size": 40, "read_only": True},
+                "signals": {"kafka": {"topic": signals, "poll_interval_s": 0.2}},
+            }
+        )
+        wait_log(run, "streaming", timeout=90)
+        nudged.set()
+        workload = Workload(pair.db)
+        workload.start()
+        wait(lambda: workload.committed >= 10, "the workload")
+        producer = Producer({"bootstrap.servers": run.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"]})
+        request = {"type": "execute-snapshot", "data": {"data-collections": ["public.items"], "type": "incremental"}}
+        producer.produce(signals, key=run.prefix, value=json.dumps({"id": "standby-ro", **request}))
+        assert producer.flush(30) == 0
+        wait_log(run, "table snapshot finished", count=3, timeout=180)  # initial items and audit, then items
+        workload.stop.set()
+        workload.join(timeout=30)
+        assert workload.error is None, workload.error
+        events = run.sync(timeout=120)
+        assert rebuild(events, f"{run.prefix}.public.items") == filtered(standby), "items differ"
+        incremental = [
+            e.value["after"]["id"]
+            for e in events
+            if e.value and e.value.get("op") == "r" and e.value["source"]["snapshot"] == "incremental"
+        ]
+        assert len(incremental) > 40, "the incremental snapshot took more than one window"
+        assert run.stop() == 0
+    finally:
+        delete_topics(run.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], (signals,))
