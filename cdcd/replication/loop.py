@@ -199,7 +199,7 @@ class ReplicationLoop:
             if not self.sink.flush(self.settings.sink.flush_timeout_s):
                 log.warning("sink did not finish before stopping; unconfirmed work will be sent again on restart")
             self.sink.poll()
-            if self.core is not None:
+            if self.core is not None and self._streamed:  # not in COPY before START_REPLICATION (initial_only)
                 self._send_status(walsender, self.core)
             self._save_positions()
 
