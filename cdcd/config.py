@@ -665,6 +665,14 @@ class SnapshotSettings(_Section):
     progress_interval_s: float = Field(
         30.0, gt=0, description="while a table is snapshotted, log its rows, estimate, rate and time left this often"
     )
+    parallelism: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="connections the initial snapshot reads on (Debezium's snapshot.max.threads), each in the"
+        " slot's exported snapshot: tables side by side, a large one cut into key ranges on its first key column,"
+        " each range's progress saved on its own (a restart reads only the ranges not finished)",
+    )
 
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")

@@ -37,7 +37,7 @@ from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.notifications import Notices
 from cdcd.snapshot.reader import SnapshotReader
-from cdcd.snapshot.runner import Snapshotter, start_state
+from cdcd.snapshot.runner import Parallel, Snapshotter, start_state
 from cdcd.snapshot.signals import SignalSource
 from cdcd.snapshot.state import SnapshotState, StateStore
 from cdcd.source.primary import Primary
@@ -207,7 +207,7 @@ class ReplicationLoop:
             if not self.sink.flush(self.settings.sink.flush_timeout_s):
                 log.warning("sink did not finish before stopping; unconfirmed work will be sent again on restart")
             self.sink.poll()
-            if self.core is not None:
+            if self.core is not None and self._streamed:  # not in COPY before START_REPLICATION (initial_only)
                 self._send_status(walsender, self.core)
             self._save_positions()
 
@@ -279,6 +279,7 @@ class ReplicationLoop:
                 self.meters,
                 save_on_done=not self.sink.transactional,
                 notices=self._notices(),
+                parallel=self._parallel(reader),
             )
             if self.signals is not None:
                 self.signals.start(state.signal_offsets)
@@ -344,6 +345,20 @@ class ReplicationLoop:
             return
         self._positions_due = (now or time.monotonic()) + self.settings.source.status_interval_s
         self.store.save_positions(Positions(self.ledger.timeline, self.ledger.published_lsn, self._standby))
+
+    def _parallel(self, reader: SnapshotReader) -> Parallel | None:
+        """The initial snapshot's connections when ``snapshot.parallelism`` > 1 (None: on ``reader``'s alone)."""
+        connections, source = self.settings.snapshot.parallelism, self.settings.source
+        if connections < 2:
+            return None
+
+        def open_reader() -> SnapshotReader:
+            dsn, password = source.dsn.get_secret_value(), source.read_password()
+            timeouts = Timeouts.of(source)
+            row, rows = STAGE.copy_row_reader(), STAGE.copy_rows_reader()
+            return SnapshotReader(dsn, password, source.slot, timeouts, row, read_rows=rows)
+
+        return Parallel(connections, open_reader, reader.split)
 
     def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, context: SessionContext) -> bool:
         """Read the tables in the slot's exported snapshot, and wait until the sink has all of it; False when a

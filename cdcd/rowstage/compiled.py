@@ -4,15 +4,15 @@ this module fails when the extension is not built; ``cdcd.rowstage`` decides wha
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from cdcd import _native
 from cdcd.pgoutput.messages import Row
-from cdcd.snapshot.copy import row_reader
+from cdcd.snapshot.copy import row_reader, rows_reader
 
 if TYPE_CHECKING:
     from cdcd.avro.metadata import TransactionFieldsEncoder
-    from cdcd.rowstage.stage import ChangeReader, CopyRowReader
+    from cdcd.rowstage.stage import ChangeReader, CopyRowReader, CopyRowsReader
 
 
 class NativeRows:
@@ -41,6 +41,20 @@ def _copy_row_reader() -> CopyRowReader:
     return read
 
 
+def _copy_rows_reader() -> CopyRowsReader:
+    """COPY lines by ``copy_rows`` (parsed without the GIL); the lines it gives back (anything unusual), each by
+    the specification (``rows_reader``), which reads them or raises its error."""
+    fast, slow = _native.copy_rows, rows_reader()
+
+    def read(data: bytes, width: int) -> list[Row]:
+        rows, left = fast(data, width)
+        for i in left:
+            (rows[i],) = slow(cast("bytes", rows[i]), width)
+        return cast("list[Row]", rows)
+
+    return read
+
+
 class NativeStage:
     """The compiled row stage; ``CDCD_IMPL=native``, or unset with the extension built."""
 
@@ -57,6 +71,10 @@ class NativeStage:
     @staticmethod
     def copy_row_reader() -> CopyRowReader:
         return _copy_row_reader()
+
+    @staticmethod
+    def copy_rows_reader() -> CopyRowsReader:
+        return _copy_rows_reader()
 
     @staticmethod
     def transaction_fields_encoder() -> TransactionFieldsEncoder:

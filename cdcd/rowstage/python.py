@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from cdcd.avro.metadata import encode_transaction_fields
-from cdcd.snapshot.copy import row_reader
+from cdcd.snapshot.copy import row_reader, rows_reader
 
 if TYPE_CHECKING:
     from cdcd.avro.metadata import TransactionFieldsEncoder
-    from cdcd.rowstage.stage import ChangeReader, CompiledRows, CopyRowReader, Lane
+    from cdcd.rowstage.stage import ChangeReader, CompiledRows, CopyRowReader, CopyRowsReader, Lane
 
 
 class PythonStage:
@@ -24,6 +24,9 @@ class PythonStage:
 
     def copy_row_reader(self) -> CopyRowReader:
         return row_reader()
+
+    def copy_rows_reader(self) -> CopyRowsReader:
+        return rows_reader()
 
     def transaction_fields_encoder(self) -> TransactionFieldsEncoder:
         return encode_transaction_fields

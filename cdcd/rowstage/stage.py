@@ -24,6 +24,7 @@ __all__ = [
     "ChangeReader",
     "CompiledRows",
     "CopyRowReader",
+    "CopyRowsReader",
     "Encoded",
     "Envelope",
     "FieldSpec",
@@ -39,6 +40,7 @@ Implementation = Literal["native", "python"]
 # read(payload, wal_lsn, in_stream, relations, RowChange): an Insert, Update or Delete; None: the decoder reads it
 ChangeReader = Callable[[bytes, int, bool, Mapping[int, Relation], type[RowChange]], RowChange | None]
 CopyRowReader = Callable[[bytes, int], Row]  # read(line with its newline, width): one COPY text row
+CopyRowsReader = Callable[[bytes, int], list[Row]]  # read(lines, each with its newline, width): their rows
 
 
 # What only the compiled stage has: ``cdcd._native``'s row writers, envelopes and encoded runs (built by
@@ -65,4 +67,5 @@ class RowStage(Protocol):
         """The reader of a change's tuples for a stream in ``encoding``; None: the decoder's Python reading."""
 
     def copy_row_reader(self) -> CopyRowReader: ...
+    def copy_rows_reader(self) -> CopyRowsReader: ...
     def transaction_fields_encoder(self) -> TransactionFieldsEncoder: ...

@@ -47,6 +47,7 @@ def parse_line(line: str, width: int) -> Row:
 
 
 RowReader = Callable[[bytes, int], Row]  # read(line with its newline, width): one COPY text row
+RowsReader = Callable[[bytes, int], list[Row]]  # read(lines, each with its newline, width): their rows
 
 
 def row_reader() -> RowReader:
@@ -55,5 +56,21 @@ def row_reader() -> RowReader:
 
     def read(data: bytes, width: int) -> Row:
         return parse_line(data[:-1].decode(), width)
+
+    return read
+
+
+def rows_reader() -> RowsReader:
+    """``read(data, width)``: the rows of COPY text lines as COPY sends them, joined (each ending in its newline;
+    a newline in a value is escaped, so one ends only a line): the Python specification of the row stage's
+    ``copy_rows_reader``."""
+
+    def read(data: bytes, width: int) -> list[Row]:
+        lines = data.split(b"\n")
+        unterminated = lines.pop()
+        rows = [parse_line(line.decode(), width) for line in lines]
+        if unterminated:
+            raise CopyFormatError("COPY text does not end with a newline")
+        return rows
 
     return read

@@ -1,7 +1,9 @@
 """Reading tables for snapshots, on a regular connection (psycopg): the I/O edge of ``cdcd.snapshot``.
 
 * ``SnapshotReader.use_exported``: the initial snapshot reads in the snapshot the slot exported.
-* ``SnapshotReader.rows``: one table in chunk-key order with ``COPY (SELECT ...) TO STDOUT``, from a key on.
+* ``SnapshotReader.rows``: one table in chunk-key order with ``COPY (SELECT ...) TO STDOUT``, from a key on;
+  ``row_batches``, the same in lists, each decoded by the row stage in one call (a parallel initial snapshot's
+  threads), and ``split``, where to cut a table into key ranges for them (``cdcd.snapshot.ranges``).
 * ``SnapshotReader.chunk``: an incremental chunk in its own transaction, between a low and a high watermark
   written with ``pg_logical_emit_message``, with the ``pg_current_snapshot()`` it was read in; ``read_only``:
   in a read-only transaction, with that snapshot and the WAL position then instead of watermarks, so that
@@ -24,8 +26,9 @@ from cdcd.filters.checks import ColumnInfo, TableInfo
 from cdcd.filters.expr import FilterError, parse_filter
 from cdcd.pgoutput.messages import Column, Relation, Row, Type
 from cdcd.snapshot import control
-from cdcd.snapshot.copy import RowReader, row_reader
+from cdcd.snapshot.copy import RowReader, RowsReader, row_reader, rows_reader
 from cdcd.snapshot.position import wal_position
+from cdcd.snapshot.ranges import INTEGER_TYPES, histogram_cuts, integer_cuts, key_ranges
 from cdcd.snapshot.xids import SnapshotXids
 from cdcd.source.catalog import ancestors, describe_table, enum_labels, index_columns, table_facts
 from cdcd.source.primary import Primary
@@ -180,15 +183,17 @@ class SnapshotReader:
         timeouts: Timeouts | None = None,
         read_row: RowReader | None = None,
         *,
+        read_rows: RowsReader | None = None,
         read_only: bool = False,
         standby: bool = False,
         primary: Primary | None = None,
     ) -> None:
-        """``read_row``: the row stage's COPY row reader (``cdcd.rowstage``; None: the Python one). ``read_only``:
-        incremental chunks write nothing to the source (``snapshot.read_only``). ``standby``: the source is a hot
-        standby, whose watermarks are written on ``primary`` (``source.primary_dsn``)."""
+        """``read_row``, ``read_rows``: the row stage's COPY row readers (``cdcd.rowstage``; None: the Python ones).
+        ``read_only``: incremental chunks write nothing to the source (``snapshot.read_only``). ``standby``: the
+        source is a hot standby, whose watermarks are written on ``primary`` (``source.primary_dsn``)."""
         self.read_only = read_only
         self.read_row = read_row or row_reader()
+        self.read_rows = read_rows or rows_reader()
         self.timeouts = timeouts or Timeouts()
         self.conn = connect(dsn, password, self.timeouts)
         self.slot = slot
@@ -226,6 +231,63 @@ class SnapshotReader:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
         except psycopg.Error as exc:
             raise SourceError(f"cannot read {table.name} for the snapshot: {_first(exc)}") from None
+
+    def row_batches(
+        self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None, size: int
+    ) -> Iterator[list[Row]]:
+        """As ``rows``, in lists of up to ``size`` rows: each list's COPY lines gathered in one buffer and decoded
+        in one call of the row stage (the compiled one parses without holding the GIL). The lines are appended to
+        the buffer as they come: holding psycopg's line objects until the end of a list costs twice as much (the
+        garbage collector walks them)."""
+        width = len(table.relation.columns)
+        read = self.read_rows
+        try:
+            with self.conn.cursor().copy(select_sql(table, condition, after, None)) as copy:
+                data, lines = bytearray(), 0
+                for line in copy:
+                    data += line
+                    lines += 1
+                    if lines == size:
+                        yield read(bytes(data), width)
+                        data, lines = bytearray(), 0
+                if lines:
+                    yield read(bytes(data), width)
+        except psycopg.OperationalError as exc:
+            raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot read {table.name} for the snapshot: {_first(exc)}") from None
+
+    def split(self, table: SnapshotTable, condition: str | None, parts: int) -> list[str]:
+        """Up to ``parts`` key ranges of ``table`` as SQL conditions on its first key column, which together hold
+        every row once (``cdcd.snapshot.ranges``); [] when it is not cut (one part, no key, no bounds known).
+        ``condition`` (row filters) does not narrow the bounds: finding them stays a few index probes."""
+        if parts < 2 or not table.key_columns:
+            return []
+        try:
+            with self.timeouts.deadline(self.conn):
+                cuts = self._cuts(table, parts)
+                column, key_type = sql.Identifier(table.key_columns[0]), sql.SQL(table.key_types[0])
+                return [_range_sql(column, key_type, low, high).as_string(self.conn) for low, high in key_ranges(cuts)]
+        except psycopg.OperationalError as exc:
+            raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot find key ranges of {table.name}: {_first(exc)}") from None
+
+    def _cuts(self, table: SnapshotTable, parts: int) -> list[str]:
+        rel, column = table.relation, table.key_columns[0]
+        if table.key_types[0] in INTEGER_TYPES:
+            only = sql.SQL("" if table.partitioned else "ONLY ")
+            query = sql.SQL("SELECT min({0}), max({0}) FROM {1}{2}").format(
+                sql.Identifier(column), only, sql.Identifier(rel.schema, rel.name)
+            )
+            low, high = self.conn.execute(query).fetchone() or (None, None)
+            return [] if low is None or high is None else [str(c) for c in integer_cuts(low, high, parts)]
+        row = self.conn.execute(
+            "SELECT histogram_bounds::text::text[] FROM pg_stats"
+            " WHERE schemaname = %s AND tablename = %s AND attname = %s ORDER BY inherited DESC LIMIT 1",
+            [rel.schema, rel.name, column],
+        ).fetchone()
+        return histogram_cuts(row[0], parts) if row is not None and row[0] else []
 
     def estimate(self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None) -> int | None:
         """The rows ``rows`` would read: the planner's estimate (``pg_class.reltuples`` scaled to the table's
@@ -343,6 +405,16 @@ class SnapshotReader:
                 return call()
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
+
+
+def _range_sql(column: sql.Identifier, key_type: sql.SQL, low: str | None, high: str | None) -> sql.Composed:
+    """``low <= column < high`` (an open end left out)."""
+    bounds: list[sql.Composable] = []
+    if low is not None:
+        bounds.append(sql.SQL("{} >= CAST({} AS {})").format(column, sql.Literal(low), key_type))
+    if high is not None:
+        bounds.append(sql.SQL("{} < CAST({} AS {})").format(column, sql.Literal(high), key_type))
+    return sql.SQL(" AND ").join(bounds)
 
 
 def _copy_rows(conn: Conn, table: SnapshotTable, copy_sql: sql.Composed, read: RowReader) -> Iterator[Row]:

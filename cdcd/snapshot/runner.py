@@ -2,7 +2,10 @@
 the reader and the sink are passed in.
 
 * **Initial** (``run_initial``): when cdcd creates its slot, every captured table is read in the snapshot the
-  slot exported, in chunk-key order, and written before streaming starts at the slot's consistent point.
+  slot exported, in chunk-key order, and written before streaming starts at the slot's consistent point. With
+  ``snapshot.parallelism`` > 1 (``Parallel``), on that many connections sharing the exported snapshot
+  (``cdcd.snapshot.parallel``), a large table cut into key ranges (``cdcd.snapshot.ranges``), each range an
+  entry of its own in the state, so that a restart reads only the ranges not finished.
 * **Incremental** (``next_chunk`` / ``observe`` / ``watermark``): while streaming, one chunk at a time in its own
   transaction, with the DBLog window of ``cdcd.snapshot.window``; with a reader in read-only mode
   (``snapshot.read_only``) no watermark is written: the window closes once the stream passed the chunk's WAL
@@ -22,7 +25,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,6 +40,8 @@ from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, Type
 from cdcd.snapshot import control, signals
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.notifications import Notices
+from cdcd.snapshot.parallel import Part, PartReader, Read, read_parts
+from cdcd.snapshot.ranges import parts_for
 from cdcd.snapshot.signals import (
     ExecuteSnapshot,
     Ignored,
@@ -97,6 +104,16 @@ class Reader(Protocol):
     ) -> Chunk: ...
 
 
+@dataclass(frozen=True)
+class Parallel:
+    """An initial snapshot read on ``connections`` connections (``snapshot.parallelism``)."""
+
+    connections: int
+    open_reader: Callable[[], PartReader]  # a new connection, to read parts on
+    # a table's key ranges for at most ``parts`` parts, as SQL conditions ([]: not cut): ``SnapshotReader.split``
+    split: Callable[[Any, str | None, int], list[str]]
+
+
 def key_values(relation: Relation, key_columns: Sequence[str], row: Row) -> list[str | None]:
     """The chunk key of ``row`` as the text values the next chunk's query compares against."""
     names = [c.name for c in relation.columns]
@@ -139,6 +156,7 @@ class Snapshotter:
     notices: Notices | None = None  # Debezium's notifications, when a notification topic is configured
     announced: set[str] = field(default_factory=set)  # snapshots whose STARTED was considered
     initial_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # the initial snapshot's notifications
+    parallel: Parallel | None = None  # the initial snapshot on several connections; None: on ``reader``'s
 
     # -- shared -------------------------------------------------------------------------------------
 
@@ -151,6 +169,8 @@ class Snapshotter:
             parts.append(" OR ".join(f"({f.sql})" for f in filters))
         if item.where:
             parts.append(item.where)
+        if item.key_range:
+            parts.append(item.key_range)
         return " AND ".join(f"({p})" for p in parts) if parts else None
 
     def _saved(
@@ -162,15 +182,16 @@ class Snapshotter:
             item.last_key, item.rows, item.chunks = last_key, item.rows + rows, item.chunks + 1
             if final:
                 self.state.finish(item)
+            if final and not self._ranges_left(item):
                 now = time.monotonic()
-                meter = self.meters.finish(item.table, item.id, now)
+                meter = self.meters.finish(item.table, _meter_id(item), now)
                 view = {} if meter is None else meter.view(now)
                 log.info(
                     "table snapshot finished",
                     table=item.table,
                     kind=item.kind,
-                    rows=item.rows,
-                    id=item.id,
+                    rows=view.get("rows", item.rows) if item.key_range else item.rows,
+                    id=_meter_id(item),
                     seconds=view.get("seconds"),
                     estimated_rows=view.get("estimated_rows"),
                 )
@@ -179,13 +200,20 @@ class Snapshotter:
 
         return done
 
+    def _ranges_left(self, item: TableProgress) -> bool:
+        """Whether other key ranges of ``item``'s table are still queued (its table is not finished)."""
+        return item.key_range is not None and any(
+            p.key_range is not None and p.table == item.table and p.group == item.group for p in self.state.queue
+        )
+
     def _begin(self, item: TableProgress, table: Table, condition: str | None, after: Any) -> None:
         """Start metering ``item`` (unless it runs already): estimate its rows, log that it starts."""
-        if self.meters.running(item.table, item.id):
+        if self.meters.running(item.table, _meter_id(item)):
             return
         left = self.reader.estimate(table, condition, after)
         estimated = None if left is None else item.rows + left
-        self.meters.start(item.table, item.kind, item.id, estimated=estimated, rows=item.rows, now=time.monotonic())
+        meter_id = _meter_id(item)
+        self.meters.start(item.table, item.kind, meter_id, estimated=estimated, rows=item.rows, now=time.monotonic())
         self._announce(item)
         log.info(
             "snapshotting table",
@@ -217,13 +245,28 @@ class Snapshotter:
         """Read every queued initial table in the exported snapshot and hand the rows to the sink.
         ``poll`` is called between chunks (sink delivery, heartbeats)."""
         self.reader.use_exported(snapshot_name)
+        start = time.monotonic()
+        if self.notices is not None:
+            self.notices.initial(self.initial_id, "STARTED")
+        if self.parallel is None:
+            total = self._read_initial(poll)
+        else:
+            total = self._read_parallel(snapshot_name, poll, self.parallel)
+        seconds = time.monotonic() - start
+        log.info(
+            "initial snapshot read",
+            rows=total,
+            seconds=round(seconds, 2),
+            rows_per_s=round(total / seconds) if seconds else None,
+            connections=1 if self.parallel is None else self.parallel.connections,
+        )
+
+    def _read_initial(self, poll: Callable[[], None]) -> int:
+        """The initial tables one after the other on ``reader``'s connection: the rows read."""
         lsn = self.state.consistent_point or 0
         held: tuple[TableProgress, Relation, list[Row], list[str | None] | None] | None = None
         first = True
-        start = time.monotonic()
         total = 0
-        if self.notices is not None:
-            self.notices.initial(self.initial_id, "STARTED")
         for item in [p for p in self.state.queue if p.kind == "initial"]:
             table = self.reader.describe(item.table)
             self._learn(table)
@@ -246,13 +289,76 @@ class Snapshotter:
                 self._saved(item, item.last_key, 0, True)()
         if held is not None:
             self._write_initial(*held, lsn, first=first, last=True, final=True)
-        seconds = time.monotonic() - start
-        log.info(
-            "initial snapshot read",
-            rows=total,
-            seconds=round(seconds, 2),
-            rows_per_s=round(total / seconds) if seconds else None,
-        )
+        return total
+
+    def _read_parallel(self, snapshot_name: str, poll: Callable[[], None], parallel: Parallel) -> int:
+        """The initial tables' parts read on ``parallel``'s connections, written here as they come: a part's
+        batches in its key order, its last one ``final`` (its progress then finished once acknowledged). The
+        last batch of all is held back until every part is read, to be marked the snapshot's last."""
+        lsn = self.state.consistent_point or 0
+        parts, tables = self._parts(parallel)
+        left = Counter(id(tables[id(p.owner)]) for p in parts)  # parts not read yet, by table
+        held: tuple[TableProgress, Relation, list[Row], list[str | None] | None, bool] | None = None
+        first = True
+        total = 0
+        reading = read_parts(parts, parallel.connections, parallel.open_reader, snapshot_name, self.chunk_size)
+        with closing(reading) as reads:
+            for read in reads:
+                if read is None:
+                    poll()
+                    continue
+                if read.rows:
+                    if held is not None:
+                        self._write_initial(*held[:4], lsn, first=first, last=False, final=held[4])
+                        first = False
+                    held = (*self._batch(read), read.final)
+                    total += len(read.rows)
+                    self._count(read.part.owner, len(read.rows))
+                elif read.final:  # a part without rows: finished at once
+                    item = read.part.owner
+                    self._saved(item, item.last_key, 0, True)()
+                if read.final:
+                    table_item = tables[id(read.part.owner)]
+                    left[id(table_item)] -= 1
+                    if not left[id(table_item)]:
+                        self._table_done(table_item)
+                poll()
+        if held is not None:
+            self._write_initial(*held[:4], lsn, first=first, last=True, final=held[4])
+        return total
+
+    def _batch(self, read: Read) -> tuple[TableProgress, Relation, list[Row], list[str | None] | None]:
+        table: Table = read.part.table
+        key = key_values(table.relation, table.key_columns, read.rows[-1]) if table.key_columns else None
+        return read.part.owner, table.relation, read.rows, key
+
+    def _parts(self, parallel: Parallel) -> tuple[list[Part], dict[int, TableProgress]]:
+        """What to read: each initial table whole, or in key ranges when it is large enough; the ranges replace
+        its entry in the state (saved at once, so that a restart knows them). With each part's item (by id), the
+        table's own item, which its notifications and its meter go by."""
+        parts: list[Part] = []
+        tables: dict[int, TableProgress] = {}
+        for item in [p for p in self.state.queue if p.kind == "initial"]:
+            table = self.reader.describe(item.table)
+            self._learn(table)
+            condition = self.condition(item, table)
+            self._begin(item, table, condition, item.last_key)
+            if self.notices is not None:
+                self.notices.initial(self.initial_id, "IN_PROGRESS", self._initial_progress(item, item.rows))
+            meter = self.meters.tables.get(item.table)
+            count = parts_for(meter.estimated if meter is not None else None, self.chunk_size, parallel.connections)
+            ranges = parallel.split(table, condition, count) if table.key_columns and item.last_key is None else []
+            pieces = [item]
+            if len(ranges) > 1:
+                pieces = [TableProgress(item.table, "initial", item.where, group=item.id, key_range=r) for r in ranges]
+                at = self.state.queue.index(item)
+                self.state.queue[at : at + 1] = pieces
+                log.info("table cut into key ranges", table=item.table, ranges=len(pieces), id=item.id)
+            for piece in pieces:
+                tables[id(piece)] = item
+                parts.append(Part(piece, table, self.condition(piece, table), piece.last_key))
+        self.store.save(self.state)
+        return parts, tables
 
     def _write_initial(
         self,
@@ -288,7 +394,7 @@ class Snapshotter:
             self.notices.initial(self.initial_id, "ABORTED")
 
     def _initial_progress(self, item: TableProgress, rows: int) -> dict[str, str]:
-        tables = [p.table for p in self.state.queue if p.kind == "initial"]
+        tables = dict.fromkeys(p.table for p in self.state.queue if p.kind == "initial")  # once each, cut or not
         data = {"current_collection_in_progress": item.table, "data_collections": ",".join(tables)}
         meter = self.meters.tables.get(item.table)
         data["total_rows_scanned"] = str(rows)
@@ -305,7 +411,7 @@ class Snapshotter:
     def _rows(self, item: TableProgress) -> int:
         """Rows of ``item`` handed over so far (its meter counts them as they go; the state, once acknowledged)."""
         meter = self.meters.tables.get(item.table)
-        return meter.rows if meter is not None and meter.id == item.id else item.rows
+        return meter.rows if meter is not None and meter.id == _meter_id(item) else item.rows
 
     def _announce(self, item: TableProgress) -> None:
         """STARTED, when the first table of an incremental snapshot begins (not again when it resumes)."""
@@ -327,8 +433,11 @@ class Snapshotter:
             data = {"scanned_collection": item.table, "total_rows_scanned": str(rows), "status": status}
             self.notices.initial(self.initial_id, "TABLE_SCAN_COMPLETED", data)
             return
-        remaining = [t for t in self._tables_of(item.snapshot) if t != item.table]
-        self.notices.table_done(item.snapshot, [item.table, *remaining], item.table, rows, status)
+        remaining = [  # by id: the other key ranges of a table resumed from a parallel initial snapshot count
+            p.table for p in self.state.queue if p.snapshot == item.snapshot and p.id not in self.handed | {item.id}
+        ]
+        tables = list(dict.fromkeys([item.table, *remaining]))
+        self.notices.table_done(item.snapshot, tables, item.table, rows, status)
         if not remaining:
             self.notices.completed(item.snapshot)
 
@@ -551,6 +660,11 @@ class Snapshotter:
             tell = self.notices.paused if pause else self.notices.resumed
             for snapshot in dict.fromkeys(p.snapshot for p in self.state.queue):
                 tell(snapshot, self._tables_of(snapshot))
+
+
+def _meter_id(item: TableProgress) -> str:
+    """The id of the meter that counts ``item``'s rows: its table's, for a key range."""
+    return (item.group or item.id) if item.key_range is not None else item.id
 
 
 def _chunks(rows: Iterator[Row], size: int) -> Iterator[tuple[list[Row], bool]]:

@@ -1,7 +1,9 @@
 """Snapshot progress: what is queued, how far each table got. Persisted as JSON in the state directory.
 
 A table's progress advances only after Kafka (or the JSON lines file) has every row up to ``last_key``, so a
-restart resumes after the last finished chunk. The file is replaced atomically (write, fsync, rename).
+restart resumes after the last finished chunk. A table read in key ranges (a parallel initial snapshot) is one
+entry per range: a finished range leaves the queue, so a restart reads only the ranges left, each after its
+own last key. The file is replaced atomically (write, fsync, rename).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class TableProgress:
     chunks: int = 0
     resumed_initial: bool = False  # what an interrupted initial snapshot left, continued incrementally
     group: str | None = None  # the snapshot it is part of (a signal's id), when not a snapshot of its own
+    # A key range of the table (SQL, ANDed with the other conditions): one part of a table an initial snapshot
+    # read on several connections (``snapshot.parallelism``); its ``group`` is the table's snapshot id
+    key_range: str | None = None
 
     @property
     def snapshot(self) -> str:

@@ -1,7 +1,9 @@
 //! A line of `COPY ... TO STDOUT` text format to a row of pgoutput text values (`cdcd.snapshot.copy`).
 
+use std::borrow::Cow;
+
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 /// The row of one COPY text line (its newline included, as COPY sends it), or `None` when the line is not
 /// plainly what COPY writes (wrong width, not UTF-8, an escape other than COPY's own, a trailing backslash):
@@ -34,6 +36,56 @@ pub fn copy_row<'py>(py: Python<'py>, data: &[u8], width: usize) -> PyResult<Opt
         return Ok(None);
     }
     Ok(Some(PyTuple::new(py, values)?))
+}
+
+/// The rows of COPY text lines, joined as COPY sends them (each ending in its newline), in a list: parsed with
+/// the GIL released (other threads run meanwhile), then made into tuples. A line `copy_row` would leave is in
+/// the list as its bytes (newline included), its index in the second list: `cdcd.snapshot.copy.parse_line`
+/// then decides.
+#[pyfunction]
+pub fn copy_rows<'py>(py: Python<'py>, data: &[u8], width: usize) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+    let parsed: Vec<(&[u8], Option<Fields<'_>>)> = py.detach(|| {
+        data.split_inclusive(|&c| c == b'\n')
+            .map(|line| (line, line.strip_suffix(b"\n").and_then(|text| fields(text, width))))
+            .collect()
+    });
+    let mut left = Vec::new();
+    let mut rows: Vec<Bound<'py, PyAny>> = Vec::with_capacity(parsed.len());
+    for (index, (line, values)) in parsed.into_iter().enumerate() {
+        let Some(values) = values else {
+            left.push(index);
+            rows.push(PyBytes::new(py, line).into_any());
+            continue;
+        };
+        let items = values.into_iter().map(|value| match value {
+            Some(text) => PyString::new(py, &text).into_any(),
+            None => py.None().into_bound(py),
+        });
+        rows.push(PyTuple::new(py, items)?.into_any());
+    }
+    Ok((PyList::new(py, rows)?, left))
+}
+
+/// A line's values: None for NULL.
+type Fields<'a> = Vec<Option<Cow<'a, str>>>;
+
+/// A line's `width` values, or None when it is not plainly what COPY writes (as `copy_row`).
+fn fields(line: &[u8], width: usize) -> Option<Fields<'_>> {
+    let text = std::str::from_utf8(line).ok()?;
+    let mut values = Vec::with_capacity(width);
+    for field in text.split('\t') {
+        if values.len() == width {
+            return None;
+        }
+        values.push(if field == "\\N" {
+            None
+        } else if !field.contains('\\') {
+            Some(Cow::Borrowed(field))
+        } else {
+            Some(Cow::Owned(String::from_utf8(unescape(field.as_bytes())?).ok()?))
+        });
+    }
+    (values.len() == width).then_some(values)
 }
 
 fn unescape(field: &[u8]) -> Option<Vec<u8>> {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -313,6 +314,107 @@ def test_kill_9_during_the_initial_snapshot_resumes_after_the_last_saved_chunk(r
     resumed = [v["after"]["id"] for v in snapshot_events(run) if v["source"]["snapshot"] == "incremental"]
     assert resumed
     assert min(resumed) > killed_at  # continued after the saved chunk, not from zero
+    assert "initial snapshot was interrupted: continuing it incrementally" in run.log.read_text()
+
+
+# -- a parallel initial snapshot (snapshot.parallelism) ---------------------------------------------------------
+
+
+def test_parallel_initial_snapshot_with_concurrent_writes_then_stream_equals_source(run: Run, db: Database) -> None:
+    rows = 60_000
+    db.execute(
+        BIG.replace("ROWS", str(rows)) + "CREATE TABLE empty (id int PRIMARY KEY);"
+        "CREATE TABLE nokey (n int, t text); INSERT INTO nokey SELECT g, 't' || g FROM generate_series(1, 300) g;"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE big, empty, nokey"
+    )
+    snapshot = {"state_dir": str(run.tmp_path / "state"), "chunk_size": 2000, "parallelism": 2}
+    writer = Writer(db.dsn(), rows)
+    writer.start()  # before the slot exists, while it is created and while the snapshot is read
+    run.start(extra={"snapshot": snapshot})
+    time.sleep(1)
+    writer.stop()
+    events = run.sync()
+    assert_equal_rows(rebuild(events, topic(run)), source_rows(db))
+
+    assert [x["ranges"] for x in wait_log(run, "table cut into key ranges")] == [8]  # 60,000 rows, 4 per connection
+    assert wait_log(run, "initial snapshot read")[0]["connections"] == 2
+    snap = snapshot_events(run)
+    assert len({v["after"]["id"] for v in snap}) == len(snap) > rows * 0.95  # each row once
+    slot_point = snap[0]["source"]["lsn"]
+    assert all(v["source"]["lsn"] == slot_point for v in snap)
+    stream = [e.value for e in events if e.topic == topic(run) and e.value and e.value["op"] != "r"]
+    assert stream
+    assert all(v["source"]["commit_lsn"] >= slot_point for v in stream)
+    ops = [e.value["op"] for e in events if e.topic == topic(run) and e.value]
+    assert ops[: len(snap)] == ["r"] * len(snap)
+    nokey = snapshot_events(run, "nokey")  # no key: read whole, on one of the connections
+    assert sorted(v["after"]["n"] for v in nokey) == list(range(1, 301))
+    markers = [v["source"]["snapshot"] for v in snap + nokey]
+    assert markers.count("first") == markers.count("last") == 1
+    assert not [e for e in events if e.topic == topic(run, "empty")]
+    assert run.stop() == 0
+
+
+_BOUND = re.compile(r"(>=|<) CAST\('(-?\d+)' AS integer\)")
+
+
+def _key_range(text: str) -> tuple[int, int]:
+    """``(low, high)`` of a saved key range's SQL (``low <= id < high``; an open end as +-2**31)."""
+    low, high = -(2**31), 2**31
+    for op, value in _BOUND.findall(text):
+        low, high = (int(value), high) if op == ">=" else (low, int(value))
+    return low, high
+
+
+def test_kill_9_during_a_parallel_initial_snapshot_rereads_only_the_unfinished_ranges(run15: Run) -> None:
+    run, db = run15, run15.db
+    rows = 150_000
+    db.execute(BIG.replace("ROWS", str(rows)) + "ANALYZE big; CREATE PUBLICATION cdcd_pub FOR TABLE big")
+    state_file = run.tmp_path / "state" / f"{run.slot}.snapshot.json"
+    # small chunks: each acknowledged one is saved (fsync), which leaves time to kill it halfway
+    config = {"snapshot": {"state_dir": str(run.tmp_path / "state"), "chunk_size": 500, "parallelism": 2}}
+
+    def saved_queue() -> list[dict[str, Any]]:
+        try:
+            return list(json.loads(state_file.read_text())["queue"])
+        except (FileNotFoundError, ValueError):
+            return []
+
+    def some_ranges_finished() -> bool:
+        queue = saved_queue()
+        return bool(queue) and all(p["key_range"] for p in queue) and len(queue) <= 6
+
+    writer = Writer(db.dsn(), rows)
+    writer.start()
+    thread = threading.Thread(target=lambda: _start_quietly(run, config), daemon=True)
+    thread.start()
+    wait_until(some_ranges_finished, "no key range of the snapshot was ever finished")
+    assert run.proc is not None
+    run.proc.send_signal(signal.SIGKILL)
+    run.proc.wait()
+    thread.join()
+    unfinished = {_key_range(p["key_range"]): p["last_key"] for p in saved_queue()}
+    assert 1 <= len(unfinished) <= 6, "the snapshot finished before it could be killed"
+    run.start(extra=config)
+    wait_log(run, "table snapshot finished", timeout=300)
+    writer.stop()
+    events = run.sync(timeout=300)
+    assert_equal_rows(rebuild(events, topic(run)), source_rows(db))  # nothing lost
+
+    def unfinished_after_saved_key(key: int) -> bool:
+        return any(
+            low <= key < high and (last is None or key > int(last[0])) for (low, high), last in unfinished.items()
+        )
+
+    snap = snapshot_events(run)
+    resumed = [v["after"]["id"] for v in snap if v["source"]["snapshot"] == "incremental"]
+    assert resumed
+    assert all(unfinished_after_saved_key(k) for k in resumed)  # finished ranges, saved keys: not read again
+    seen: dict[int, int] = {}
+    for v in snap:
+        seen[v["after"]["id"]] = seen.get(v["after"]["id"], 0) + 1
+    twice = [k for k, n in seen.items() if n > 1]
+    assert all(unfinished_after_saved_key(k) for k in twice)  # at least once, only where nothing was saved
     assert "initial snapshot was interrupted: continuing it incrementally" in run.log.read_text()
 
 

@@ -32,6 +32,8 @@ PURE = (
     "cdcd.snapshot.notifications",
     "cdcd.snapshot.copy",
     "cdcd.snapshot.xids",
+    "cdcd.snapshot.ranges",
+    "cdcd.snapshot.parallel",
     "cdcd.source.protocol",
     "cdcd.rowstage",
 )

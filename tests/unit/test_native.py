@@ -471,6 +471,25 @@ def test_copy_lines_read_as_the_python_reference_reads_them(fields: list[bytes],
     )
 
 
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(st.lists(st.lists(FIELD_BYTES, max_size=4).map(b"".join), min_size=1, max_size=5), max_size=6),
+    st.integers(1, 5),
+    st.booleans(),
+)
+def test_copy_line_batches_read_as_the_python_reference_reads_them(
+    lines: list[list[bytes]], width: int, unterminated: bool
+) -> None:
+    """Many lines in one call (parsed without the GIL), the unusual ones given back to the reference one by one;
+    the same rows, or the same error, as the reference reads them; also without the last newline."""
+    data = b"".join(b"\t".join(fields) + b"\n" for fields in lines)
+    if unterminated and data:
+        data = data[:-1]
+    assert raised_or_returned(STAGE.copy_rows_reader(), data, width) == raised_or_returned(
+        PYTHON.copy_rows_reader(), data, width
+    )
+
+
 @LAYOUTS
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
