@@ -261,6 +261,16 @@ class Snapshotter:
             connections=1 if self.parallel is None else self.parallel.connections,
         )
 
+    def _start_initial(self, item: TableProgress) -> tuple[Table, str | None]:
+        """An initial table about to be read: described (its types learnt), its condition, its start announced."""
+        table = self.reader.describe(item.table)
+        self._learn(table)
+        condition = self.condition(item, table)
+        self._begin(item, table, condition, item.last_key)
+        if self.notices is not None:
+            self.notices.initial(self.initial_id, "IN_PROGRESS", self._initial_progress(item, item.rows))
+        return table, condition
+
     def _read_initial(self, poll: Callable[[], None]) -> int:
         """The initial tables one after the other on ``reader``'s connection: the rows read."""
         lsn = self.state.consistent_point or 0
@@ -268,12 +278,7 @@ class Snapshotter:
         first = True
         total = 0
         for item in [p for p in self.state.queue if p.kind == "initial"]:
-            table = self.reader.describe(item.table)
-            self._learn(table)
-            condition = self.condition(item, table)
-            self._begin(item, table, condition, item.last_key)
-            if self.notices is not None:
-                self.notices.initial(self.initial_id, "IN_PROGRESS", self._initial_progress(item, item.rows))
+            table, condition = self._start_initial(item)
             for rows, final in _chunks(self.reader.rows(table, condition, item.last_key), self.chunk_size):
                 if held is not None:
                     self._write_initial(*held, lsn, first=first, last=False, final=held[0] is not item)
@@ -339,12 +344,7 @@ class Snapshotter:
         parts: list[Part] = []
         tables: dict[int, TableProgress] = {}
         for item in [p for p in self.state.queue if p.kind == "initial"]:
-            table = self.reader.describe(item.table)
-            self._learn(table)
-            condition = self.condition(item, table)
-            self._begin(item, table, condition, item.last_key)
-            if self.notices is not None:
-                self.notices.initial(self.initial_id, "IN_PROGRESS", self._initial_progress(item, item.rows))
+            table, condition = self._start_initial(item)
             meter = self.meters.tables.get(item.table)
             count = parts_for(meter.estimated if meter is not None else None, self.chunk_size, parallel.connections)
             ranges = parallel.split(table, condition, count) if table.key_columns and item.last_key is None else []

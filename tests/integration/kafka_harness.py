@@ -225,9 +225,13 @@ class Run:
         ends = self._high_watermarks()
         return self.consume_until(lambda _: all(self.positions.get(tp, 0) >= end for tp, end in ends.items()), timeout)
 
+    def writes_to(self) -> Database:
+        """Where the test's writes go: the source (a standby's primary: test_standby.py)."""
+        return self.db
+
     def wait_confirmed(self, timeout: float = 90) -> None:
         """Until cdcd confirmed the position of a message emitted now: Kafka has everything committed before."""
-        lsn = self.db.execute("SELECT pg_logical_emit_message(true, 'test', 'sync')")[0][0]
+        lsn = self.writes_to().execute("SELECT pg_logical_emit_message(true, 'test', 'sync')")[0][0]
         deadline = time.monotonic() + timeout
         query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
         while not self.db.execute(query, [lsn, self.slot])[0][0]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,14 +48,8 @@ class StandbyRun(Run):
         super().__init__(db, env, tmp_path)
         self.writer = writer
 
-    def wait_confirmed(self, timeout: float = 90) -> None:
-        lsn = self.writer.execute("SELECT pg_logical_emit_message(true, 'test', 'sync')")[0][0]
-        deadline = time.monotonic() + timeout
-        query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
-        while not self.db.execute(query, [lsn, self.slot])[0][0]:
-            self._check_alive()
-            assert time.monotonic() < deadline, f"cdcd never confirmed {lsn}:\n{self.log.read_text()[-3000:]}"
-            time.sleep(0.1)
+    def writes_to(self) -> Database:
+        return self.writer
 
 
 @pytest.fixture(params=HA_VERSIONS, ids=lambda v: f"pg{v}")
