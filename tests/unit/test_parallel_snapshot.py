@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,13 @@ from hypothesis import strategies as st
 from cdcd.batches import SnapshotBatch
 from cdcd.filters.plan import FilterPlan
 from cdcd.ledger import Entry, Ledger
-from cdcd.pgoutput.messages import Column, LogicalMessage, Relation, Row, Type
+from cdcd.pgoutput.messages import Column, LogicalMessage, Relation, Row
 from cdcd.snapshot import control
 from cdcd.snapshot.parallel import Part, read_parts
 from cdcd.snapshot.ranges import histogram_cuts, integer_cuts, key_ranges, parts_for
 from cdcd.snapshot.runner import Parallel, Snapshotter, start_state
 from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
-from cdcd.snapshot.xids import SnapshotXids
+from tests.unit.test_signals import FakeChunk, FakeTable
 
 INT4, TEXT = 23, 25
 
@@ -79,14 +78,6 @@ def test_parts_follow_the_estimate_and_the_connections() -> None:
 
 REL = Relation(16400, "public", "t", "d", (Column("id", INT4, -1, True), Column("v", TEXT, -1, False)))
 _RANGE = re.compile(r"id >= (\d+)|id < (\d+)")
-
-
-@dataclass(frozen=True)
-class FakeTable:
-    name: str
-    relation: Relation
-    key_columns: tuple[str, ...] = ("id",)
-    types: tuple[Type, ...] = ()
 
 
 def _bounds(condition: str | None) -> tuple[int, int]:
@@ -154,15 +145,6 @@ class FakeConnection:
             bounds = ([] if low is None else [f"id >= {low}"]) + ([] if high is None else [f"id < {high}"])
             conditions.append(" AND ".join(bounds))
         return conditions
-
-
-@dataclass
-class FakeChunk:
-    table: FakeTable
-    rows: list[Row]
-    watermark: str
-    xids: SnapshotXids = field(default_factory=lambda: SnapshotXids(1, 1, frozenset()))
-    position: int | None = None  # a watermarked chunk's (read-only ones have a WAL position)
 
 
 class HoldingSink:
