@@ -362,17 +362,25 @@ class SnapshotReader:
     def _chunk_read_only(
         self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, mark: str
     ) -> ChunkRead:
+        table, rows, xids, position = self._read_only(name, condition, after, limit, position=True)
+        return ChunkRead(table, rows, xids, mark, position)
+
+    def _read_only(
+        self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, position: bool
+    ) -> tuple[SnapshotTable, list[Row], SnapshotXids, int | None]:
+        """Up to ``limit`` rows after ``after`` in a read-only transaction of their own, with its snapshot's xids
+        and (``position``) the WAL position right after that snapshot was taken."""
         conn = self.conn
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         try:
             # the first statement takes the transaction's snapshot; the position is read after it
             xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
-            position = wal_position(conn)
+            at = wal_position(conn) if position else None
             table = describe(conn, name)
             rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit), self.read_row))
         finally:
             conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
-        return ChunkRead(table, rows, xids, mark, position)
+        return table, rows, xids, at
 
     def _standby_chunk(
         self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, mark: str
@@ -387,13 +395,7 @@ class SnapshotReader:
         low = primary.emit(control.WATERMARK_PREFIX, control.encode({"slot": self.slot, "id": mark, "mark": "low"}))
         if not wait_replayed(conn, low):
             raise SourceDisconnected("the standby was promoted while a snapshot chunk waited for its low watermark")
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        try:
-            xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
-            table = describe(conn, name)
-            rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit), self.read_row))
-        finally:
-            conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
+        table, rows, xids, _ = self._read_only(name, condition, after, limit, position=False)
         high = primary.emit(control.WATERMARK_PREFIX, control.encode({"slot": self.slot, "id": mark, "mark": "high"}))
         if not wait_replayed(conn, high):  # a promoted standby never replays it: the chunk would wait for good
             raise SourceDisconnected("the standby was promoted before it replayed a snapshot chunk's high watermark")
