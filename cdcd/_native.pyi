@@ -28,7 +28,13 @@ def read_change(
     buf: bytes, wal_lsn: int, in_stream: bool, relations: Mapping[int, Relation], row_change: type[RowChange], /
 ) -> RowChange | None: ...
 def transaction_event(
-    status: str, txn_id: str, ts_ms: int, event_count: int | None, data_collections: Sequence[tuple[str, int]] | None
+    status: str,
+    txn_id: str,
+    ts_ms: int,
+    event_count: int | None,
+    data_collections: Sequence[tuple[str, int]] | None,
+    debezium: bool,
+    /,
 ) -> tuple[bytes, bytes]: ...
 def copy_row(data: bytes, width: int, /) -> Row | None: ...
 def copy_rows(data: bytes, width: int, /) -> tuple[list[Row | bytes], list[int]]: ...

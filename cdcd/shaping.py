@@ -47,7 +47,6 @@ from cdcd.avro.metadata import (
     TRANSACTION_VALUE,
     TransactionFieldsEncoder,
     encode_debezium_message,
-    encode_debezium_transaction,
     encode_heartbeat,
     encode_message,
     encode_notification,
@@ -479,12 +478,7 @@ class EventShaper:
         without the transaction topic."""
         if not self.transaction_topic:
             return None
-        schemas = (
-            (DEBEZIUM_TRANSACTION_KEY, DEBEZIUM_TRANSACTION_VALUE)
-            if self.debezium
-            else (TRANSACTION_KEY, TRANSACTION_VALUE)
-        )
-        return self._transaction_topic, *self._fixed_headers(self._transaction_topic, *schemas)
+        return self._transaction_topic, *self._fixed_headers(self._transaction_topic, *self._transaction_schemas())
 
     # -- fixed-schema events ---------------------------------------------------------------------------
 
@@ -514,13 +508,14 @@ class EventShaper:
         self, status: str, txn_id: str, ts_ms: int, count: int | None, collections: tuple[tuple[str, int], ...] | None
     ) -> Record:
         topic = self._transaction_topic
-        if self.debezium:
-            key, value = encode_debezium_transaction(status, txn_id, ts_ms, count, collections)
-            key_header, value_header = self._fixed_headers(topic, DEBEZIUM_TRANSACTION_KEY, DEBEZIUM_TRANSACTION_VALUE)
-        else:
-            key, value = self._encode_transaction(status, txn_id, ts_ms, count, collections)
-            key_header, value_header = self._fixed_headers(topic, TRANSACTION_KEY, TRANSACTION_VALUE)
+        key, value = self._encode_transaction(status, txn_id, ts_ms, count, collections, self.debezium)
+        key_header, value_header = self._fixed_headers(topic, *self._transaction_schemas())
         return topic, key_header + key, value_header + value, None
+
+    def _transaction_schemas(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        if self.debezium:
+            return DEBEZIUM_TRANSACTION_KEY, DEBEZIUM_TRANSACTION_VALUE
+        return TRANSACTION_KEY, TRANSACTION_VALUE
 
     def _fixed_headers(self, topic: str, key: dict[str, Any], value: dict[str, Any]) -> tuple[bytes, bytes]:
         headers = self._fixed.get(topic)

@@ -193,26 +193,6 @@ def encode_debezium_message(
     return key, _encode("debezium_message_value", DEBEZIUM_MESSAGE_VALUE, datum)
 
 
-def encode_debezium_transaction(
-    status: str, txn_id: str, ts_ms: int, event_count: int | None, data_collections: tuple[tuple[str, int], ...] | None
-) -> tuple[bytes, bytes]:
-    """Key and value of a BEGIN or END event in Debezium's layout (its collection records are nullable)."""
-    key = _encode("debezium_transaction_key", DEBEZIUM_TRANSACTION_KEY, {"id": txn_id})
-    collections = (
-        None
-        if data_collections is None
-        else [{"data_collection": name, "event_count": count} for name, count in data_collections]
-    )
-    datum = {
-        "status": status,
-        "id": txn_id,
-        "event_count": event_count,
-        "data_collections": collections,
-        "ts_ms": ts_ms,
-    }
-    return key, _encode("debezium_transaction_value", DEBEZIUM_TRANSACTION_VALUE, datum)
-
-
 @dataclass(frozen=True)
 class TransactionEvent:
     status: str  # BEGIN or END
@@ -220,20 +200,28 @@ class TransactionEvent:
     ts_ms: int
     event_count: int | None = None
     data_collections: tuple[tuple[str, int], ...] | None = None
+    debezium: bool = False  # Debezium's layout: DEBEZIUM_TRANSACTION_VALUE, its collection records nullable
 
 
 def encode_transaction(event: TransactionEvent) -> tuple[bytes, bytes]:
     """Key and value of a transaction metadata event: two per transaction, so written by hand with the
     encoder's primitives (byte-identical to fastavro, tests/unit/test_avro_metadata.py)."""
-    return encode_transaction_fields(event.status, event.id, event.ts_ms, event.event_count, event.data_collections)
+    return encode_transaction_fields(
+        event.status, event.id, event.ts_ms, event.event_count, event.data_collections, event.debezium
+    )
 
 
 _BEGIN = write_string("BEGIN")
 _END = write_string("END")
 
 
-def encode_transaction_fields(
-    status: str, txn_id: str, ts_ms: int, event_count: int | None, data_collections: tuple[tuple[str, int], ...] | None
+def encode_transaction_fields(  # noqa: PLR0917 - the compiled transaction_event's positional signature
+    status: str,
+    txn_id: str,
+    ts_ms: int,
+    event_count: int | None,
+    data_collections: tuple[tuple[str, int], ...] | None,
+    debezium: bool,
 ) -> tuple[bytes, bytes]:
     """``encode_transaction`` of the event's fields (no event object on the per-transaction path). The Python
     reference of cdcd._native's ``transaction_event`` (the row stage's ``transaction_fields_encoder``)."""
@@ -244,28 +232,33 @@ def encode_transaction_fields(
     elif not data_collections:
         collections = b"\x02\x00"  # union branch 1, an empty array
     else:
-        items = b"".join(write_string(name) + write_long(n) for name, n in data_collections)
+        branch = b"\x02" if debezium else b""  # Debezium's items are a union with null: its branch 1
+        items = b"".join(branch + write_string(name) + write_long(n) for name, n in data_collections)
         collections = b"\x02" + write_long(len(data_collections)) + items + b"\x00"
     head = _BEGIN if status == "BEGIN" else _END if status == "END" else write_string(status)
     return key, head + key + count + collections + write_long(ts_ms)
 
 
 TransactionFieldsEncoder = Callable[
-    [str, str, int, int | None, tuple[tuple[str, int], ...] | None], tuple[bytes, bytes]
+    [str, str, int, int | None, tuple[tuple[str, int], ...] | None, bool], tuple[bytes, bytes]
 ]
 
 
 def encode_transaction_reference(event: TransactionEvent) -> tuple[bytes, bytes]:
     """The same with fastavro from the schemas: the reference the hand-written encoding is tested against."""
-    key = _encode("transaction_key", TRANSACTION_KEY, {"id": event.id})
+    debezium = event.debezium
+    key_schema = DEBEZIUM_TRANSACTION_KEY if debezium else TRANSACTION_KEY
+    value_schema = DEBEZIUM_TRANSACTION_VALUE if debezium else TRANSACTION_VALUE
+    layout = "debezium_" if event.debezium else ""
+    key = _encode(f"{layout}transaction_key", key_schema, {"id": event.id})
     collections = (
         None
         if event.data_collections is None
         else [{"data_collection": name, "event_count": count} for name, count in event.data_collections]
     )
     value = _encode(
-        "transaction_value",
-        TRANSACTION_VALUE,
+        f"{layout}transaction_value",
+        value_schema,
         {
             "status": event.status,
             "id": event.id,

@@ -783,9 +783,10 @@ fn optional_tuple(value: Bound<'_, PyAny>) -> PyResult<Option<Bound<'_, PyTuple>
     })
 }
 
-/// Key and value of a BEGIN or END event on the transaction topic (`cdcd.avro.metadata.encode_transaction_fields`).
+/// Key and value of a BEGIN or END event on the transaction topic, in cdcd's or Debezium's layout
+/// (`cdcd.avro.metadata.encode_transaction_fields`).
 #[pyfunction]
-#[pyo3(signature = (status, txn_id, ts_ms, event_count, data_collections))]
+#[pyo3(signature = (status, txn_id, ts_ms, event_count, data_collections, debezium, /))]
 pub fn transaction_event<'py>(
     py: Python<'py>,
     status: &str,
@@ -793,24 +794,22 @@ pub fn transaction_event<'py>(
     ts_ms: i64,
     event_count: Option<i64>,
     data_collections: Option<Vec<(String, i64)>>,
+    debezium: bool,
 ) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
-    let (key, value) = transaction_fields(status, txn_id, ts_ms, event_count, data_collections.as_deref());
+    let (key, value) = transaction_fields(
+        status,
+        txn_id,
+        ts_ms,
+        event_count,
+        data_collections.as_deref(),
+        debezium,
+    );
     (PyBytes::new(py, &key), PyBytes::new(py, &value))
 }
 
+/// Key and value of a BEGIN or END event, in Debezium's layout when ``debezium`` (its collection records are
+/// nullable).
 pub(crate) fn transaction_fields(
-    status: &str,
-    txn_id: &str,
-    ts_ms: i64,
-    event_count: Option<i64>,
-    data_collections: Option<&[(String, i64)]>,
-) -> (Vec<u8>, Vec<u8>) {
-    debezium_transaction_fields(status, txn_id, ts_ms, event_count, data_collections, false)
-}
-
-/// `transaction_fields`, or in Debezium's layout (``debezium``: its collection records are nullable,
-/// `cdcd.avro.metadata.encode_debezium_transaction`).
-pub(crate) fn debezium_transaction_fields(
     status: &str,
     txn_id: &str,
     ts_ms: i64,

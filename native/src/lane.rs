@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::envelope::{debezium_transaction_fields, joined, Envelope, Source, SourceArg};
+use crate::envelope::{joined, transaction_fields, Envelope, Source, SourceArg};
 use crate::frame::{signed, u32_at, u64_at, xlogdata, PG_EPOCH_OFFSET_US, XLOGDATA_HEADER};
 use crate::rules::{key_changed, tombstone};
 use crate::tuple::change_parts;
@@ -372,7 +372,7 @@ fn shape<'py>(
     };
     let metadata = shaping.transaction_topic.filter(|_| !txn.is_empty());
     if let Some((topic, key_header, value_header)) = metadata {
-        let (key, value) = debezium_transaction_fields("BEGIN", txn_id, ts_ms, None, None, shaping.debezium);
+        let (key, value) = transaction_fields("BEGIN", txn_id, ts_ms, None, None, shaping.debezium);
         records.push(framed(py, topic, key_header, &key, value_header, &value)?);
     }
     for change in txn {
@@ -443,8 +443,7 @@ fn shape<'py>(
     if let Some((topic, key_header, value_header)) = metadata {
         per_topic.sort();
         let counts: Vec<(String, i64)> = per_topic.into_iter().map(|(_, n, name)| (name, n)).collect();
-        let (key, value) =
-            debezium_transaction_fields("END", txn_id, ts_ms, Some(total), Some(&counts), shaping.debezium);
+        let (key, value) = transaction_fields("END", txn_id, ts_ms, Some(total), Some(&counts), shaping.debezium);
         records.push(framed(py, topic, key_header, &key, value_header, &value)?);
     }
     Ok(Some(Made { records, events }))

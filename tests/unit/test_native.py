@@ -444,13 +444,20 @@ def test_compiled_shaper_with_column_rules_emits_what_the_python_shaper_emits(
     st.integers(-(2**63), 2**63 - 1),
     st.none() | st.integers(0, 2**40),
     st.none() | st.lists(st.tuples(st.text(max_size=20), st.integers(0, 2**40)), max_size=4).map(tuple),
+    st.booleans(),
 )
-def test_transaction_events_equal_the_python_reference(
-    status: str, txn_id: str, ts_ms: int, count: int | None, collections: tuple[tuple[str, int], ...] | None
+def test_transaction_events_equal_the_python_reference(  # noqa: PLR0917 - hypothesis gives each field
+    status: str,
+    txn_id: str,
+    ts_ms: int,
+    count: int | None,
+    collections: tuple[tuple[str, int], ...] | None,
+    debezium: bool,
 ) -> None:
     compiled, reference = STAGE.transaction_fields_encoder(), PYTHON.transaction_fields_encoder()
     assert compiled is not reference
-    assert compiled(status, txn_id, ts_ms, count, collections) == reference(status, txn_id, ts_ms, count, collections)
+    fields = status, txn_id, ts_ms, count, collections, debezium
+    assert compiled(*fields) == reference(*fields)
 
 
 # -- COPY text lines (snapshots) --------------------------------------------------------------------------------
