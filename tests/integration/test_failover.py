@@ -56,14 +56,20 @@ class Pair:
             return cursor.fetchall() if cursor.description else []
 
 
-@pytest.fixture(params=HA_VERSIONS, ids=lambda v: f"pg{v}")
-def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
-    p = Pair(str(request.param))
-    p.stack("reset", "pg-ha")  # a fresh pair: the last test promoted its standby
+def fresh_pair(version: str) -> Iterator[Pair]:
+    """The body of a ``pair`` fixture: a fresh pair (an earlier test may have promoted its standby) with the
+    test's database, stopped afterwards."""
+    p = Pair(version)
+    p.stack("reset", "pg-ha")
     p.stack("up", "pg-ha")
     p.sql("primary", f"CREATE DATABASE {p.db.name}", dbname="postgres")
     yield p
     p.stack("down", "pg-ha")
+
+
+@pytest.fixture(params=HA_VERSIONS, ids=lambda v: f"pg{v}")
+def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
+    yield from fresh_pair(str(request.param))
 
 
 @pytest.fixture

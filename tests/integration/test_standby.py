@@ -18,7 +18,16 @@ from confluent_kafka import Producer
 from tests.integration.conftest import Database, PgServer
 from tests.integration.kafka_harness import Run, delete_topics
 from tests.integration.test_check import run_cdcd
-from tests.integration.test_failover import HA_VERSIONS, Pair, Workload, duplicates, rebuild, table, wait
+from tests.integration.test_failover import (
+    HA_VERSIONS,
+    Pair,
+    Workload,
+    duplicates,
+    fresh_pair,
+    rebuild,
+    table,
+    wait,
+)
 from tests.integration.test_snapshot import cdcd_snapshot, wait_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("pg-ha")]  # one worker: see conftest.py
@@ -54,13 +63,7 @@ class StandbyRun(Run):
 
 @pytest.fixture(params=HA_VERSIONS, ids=lambda v: f"pg{v}")
 def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
-    """A fresh pair (an earlier test may have promoted its standby), stopped afterwards: test_failover's way."""
-    p = Pair(str(request.param))
-    p.stack("reset", "pg-ha")
-    p.stack("up", "pg-ha")
-    p.sql("primary", f"CREATE DATABASE {p.db.name}", dbname="postgres")
-    yield p
-    p.stack("down", "pg-ha")
+    yield from fresh_pair(str(request.param))
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ slot cdcd made on the standby is its own, not a synced copy."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,15 +17,14 @@ from cdcd.cli import EXIT_CONFIG
 from cdcd.config import ConfigError, Settings, SourceSettings, load_settings
 from cdcd.filters import FilterPlan
 from cdcd.ledger import Positions
-from cdcd.replication.loop import ReplicationLoop
 from cdcd.secrets import redact
-from cdcd.sink.jsonl import JsonLinesSink
 from cdcd.snapshot import reader as reader_module
 from cdcd.snapshot.state import SnapshotState, StateStore
 from cdcd.source import walsender
 from cdcd.source.failover import PromotionError, SlotSync, check_promotion, failover_wanted
 from cdcd.source.standby import INCREMENTAL_NEEDS_PRIMARY, Writes, refusals
 from cdcd.source.walsender import SessionInfo, SourceError
+from tests.unit.test_failover import fresh_loop
 
 
 class Standby:
@@ -194,16 +192,6 @@ class PromotedStandby:
 
     def slot_sync(self) -> SlotSync | None:
         return SlotSync(failover=False, synced=False, confirmed_flush_lsn=0x4000000)
-
-
-def fresh_loop(tmp_path: Path) -> ReplicationLoop:
-    settings = Settings(
-        source={"dsn": "host=127.0.0.1 port=9", "publications": [{"name": "p"}]},
-        snapshot={"state_dir": tmp_path},
-        buffer={"spill_dir": tmp_path / "spill"},
-    )
-    with open(os.devnull, "wb") as out:
-        return ReplicationLoop(settings, JsonLinesSink(out))
 
 
 @pytest.mark.parametrize("version", [160000, 170000])
