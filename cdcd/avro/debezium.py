@@ -73,7 +73,7 @@ def _converted(
 
 # The compiled conversions of Debezium's forms (native/src/convert.rs, Kind::from_code)
 _ZONED_TIMESTAMP, _MICRO_TIMESTAMP, _MILLI_TIMESTAMP, _MILLI_TIME, _MICRO_DURATION = 19, 20, 21, 22, 23
-_CONNECT_DECIMAL, _VARIABLE_SCALE_DECIMAL = 24, 25
+_CONNECT_DECIMAL, _VARIABLE_SCALE_DECIMAL, _ZONED_TIME = 24, 25, 26
 
 
 # --------------------------------------------------------------------------------------------- date and time
@@ -287,7 +287,12 @@ _FIXED: Final[dict[int, TypeMapping]] = {
         native=(_MICRO_DURATION, 0),
     ),
     _TIMETZ: TypeMapping(
-        "timetz", (_connect("string", "io.debezium.time.ZonedTime"),), "string", _zoned_time_text, _zoned_time_binary
+        "timetz",
+        (_connect("string", "io.debezium.time.ZonedTime"),),
+        "string",
+        _zoned_time_text,
+        _zoned_time_binary,
+        native=(_ZONED_TIME, 0),
     ),
     _UUID: _same(_UUID, _connect("string", "io.debezium.data.Uuid"), "string"),
 }

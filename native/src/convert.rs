@@ -51,6 +51,8 @@ pub enum Kind {
     ConnectDecimal(u32),
     /// numeric without a typmod as the `VariableScaleDecimal` record
     VariableScaleDecimal,
+    /// timetz as `io.debezium.time.ZonedTime`: the time of day in UTC, `HH:MM:SS[.f]Z`
+    ZonedTime,
 }
 
 impl Kind {
@@ -84,6 +86,7 @@ impl Kind {
             23 => Kind::MicroDuration,
             24 if param <= 1000 => Kind::ConnectDecimal(param),
             25 => Kind::VariableScaleDecimal,
+            26 => Kind::ZonedTime,
             _ => return None,
         })
     }
@@ -229,6 +232,10 @@ pub fn text(kind: Kind, s: &str, out: &mut Vec<u8>) -> bool {
             None => return false,
         },
         Kind::VariableScaleDecimal => return variable_scale_decimal(b, out),
+        Kind::ZonedTime => match zoned_time_text(b) {
+            Some(us) => avro::bytes(out, zoned_time(us).as_bytes()),
+            None => return false,
+        },
         Kind::MicroDuration => match interval_text(b) {
             Some(us) => avro::long(out, us),
             None => return false,
@@ -307,6 +314,36 @@ fn signed(b: &[u8]) -> Option<i64> {
         Some((b'-', rest)) => digits(rest).map(|n| -n),
         _ => digits(b),
     }
+}
+
+/// The UTC time of day (µs) of timetz text `HH:MM:SS[.f]±HH[:MM[:SS]]` (split at its last `+`, else its last
+/// `-`, as `cdcd.avro.debezium` splits it).
+fn zoned_time_text(b: &[u8]) -> Option<i64> {
+    let sign = if b.contains(&b'+') { b'+' } else { b'-' };
+    let at = b.iter().rposition(|&c| c == sign).filter(|&i| i > 0)?;
+    let local = time_of_day(&b[..at])?;
+    Some((local - utc_offset(&b[at..])? * 1_000_000).rem_euclid(US_PER_DAY))
+}
+
+/// The UTC time of day (µs) of timetz_send's (µs, seconds west of UTC); None for what PostgreSQL would not
+/// send (the reference decides those).
+fn zoned_time_binary(b: &[u8]) -> Option<i64> {
+    let us = i64::from_be_bytes(b.get(..8)?.try_into().ok()?);
+    let west = i32::from_be_bytes(b.get(8..)?.try_into().ok()?);
+    let valid = (0..US_PER_DAY).contains(&us) && west.unsigned_abs() < 16 * 3600;
+    valid.then(|| (us + i64::from(west) * 1_000_000).rem_euclid(US_PER_DAY))
+}
+
+/// `HH:MM:SS[.f]Z`, as few fraction digits as the value needs (Java's ISO_LOCAL_TIME, `_time_of_day`).
+fn zoned_time(us: i64) -> String {
+    let (secs, frac) = (us / 1_000_000, us % 1_000_000);
+    let mut text = format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
+    if frac != 0 {
+        let digits = format!(".{frac:06}");
+        text.push_str(digits.trim_end_matches('0'));
+    }
+    text.push('Z');
+    text
 }
 
 /// A timestamp's µs (cdcd's conversion) in Debezium's form of ``kind``.
@@ -485,6 +522,10 @@ pub fn binary(kind: Kind, b: &[u8], out: &mut Vec<u8>) -> bool {
         Kind::MilliTime => match <[u8; 8]>::try_from(b) {
             Ok(a) => avro::long(out, i64::from_be_bytes(a).div_euclid(1000)),
             Err(_) => return false,
+        },
+        Kind::ZonedTime => match zoned_time_binary(b) {
+            Some(us) => avro::bytes(out, zoned_time(us).as_bytes()),
+            None => return false,
         },
         Kind::MicroDuration => match micro_duration(b) {
             Some(us) => avro::long(out, us),

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import cdcd.rowstage
 from cdcd.avro import EnvelopeEncoder, build_schemas
+from cdcd.avro.debezium import debezium_mapping
 from cdcd.avro.encoder import native_kind
 from cdcd.avro.types import type_mapping
 from cdcd.batches import SnapshotBatch, Transaction
@@ -63,6 +64,13 @@ def test_every_scalar_but_interval_has_a_compiled_conversion() -> None:
     assert compiled["mood (enum)"] == compiled["point (unknown)"] == (9, 0)
     assert native_kind(type_mapping(1231, ((12 << 16) | 2) + 4)) == (18, 17 | 2 << 8)  # numeric(12,2)[]
     assert native_kind(type_mapping(1187)) == (0, 0)  # interval[]
+
+
+def test_every_debezium_scalar_has_a_compiled_conversion() -> None:
+    """Debezium's forms too (ZonedTimestamp, MicroDuration, ZonedTime...): none is left to the Python reference."""
+    compiled = {c.name: native_kind(debezium_mapping(c.oid, c.typmod, "public.mood")) for c in SCALARS}
+    assert {name for name, kind in compiled.items() if kind == (0, 0)} == set()
+    assert compiled["timetz"] == (26, 0)
 
 
 # -- row writer -------------------------------------------------------------------------------------------------
