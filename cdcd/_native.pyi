@@ -38,6 +38,16 @@ def transaction_event(
 ) -> tuple[bytes, bytes]: ...
 def copy_row(data: bytes, width: int, /) -> Row | None: ...
 def copy_rows(data: bytes, width: int, /) -> tuple[list[Row | bytes], list[int]]: ...
+def copy_records(
+    data: bytes,
+    width: int,
+    rows: RowWriter,
+    key_rows: RowWriter | None,
+    key_header: bytes | None,
+    value_header: bytes,
+    rest: bytes,
+    topic: str,
+) -> tuple[list[Plain | None], list[tuple[int, bytes]]]: ...
 
 @final
 class RowWriter:
@@ -105,6 +115,7 @@ class Envelope:
         tombstones: bool,
         emit: Emit | list[Plain],
     ) -> tuple[int, list[int]]: ...
+    def snapshot_rest(self, source: SourceInfo, lsn: int, ts_us: int | None) -> bytes: ...
     def snapshot_rows(
         self,
         rows: Sequence[Row],

@@ -123,7 +123,8 @@ class SnapshotBatch:
     ``lsn``: the slot's consistent point (initial snapshot) or the chunk's high watermark (incremental), so
     that ordering events by (commit LSN, LSN) puts snapshot rows after everything they already contain.
     ``first``/``last``: the first or last row of the whole initial snapshot gets ``source.snapshot`` first/last.
-    ``done``: called once every row is acknowledged.
+    ``done``: called once every row is acknowledged. ``encoded``: the rows made into records already (a parallel
+    initial snapshot's readers), ``rows`` then empty.
     """
 
     relation: Relation
@@ -134,6 +135,7 @@ class SnapshotBatch:
     first: bool = False
     last: bool = False
     done: Callable[[], None] | None = None
+    encoded: SnapshotRecords | None = None
 
     def row_marker(self, index: int) -> str:
         """``source.snapshot`` of row ``index``: first or last at the ends of the whole initial snapshot."""
@@ -145,6 +147,23 @@ class SnapshotBatch:
 
 
 Plain = tuple[str, bytes | None, bytes | None]  # a Kafka record without headers: topic, key, value
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRecords:
+    """Initial-snapshot rows of one table made into their Kafka records where they were read (a parallel initial
+    snapshot's reader threads: ``cdcd.shaping.SnapshotEncoder``), one a row, in order, all marked ``true``; the
+    first and last rows kept as values, for the ends of the whole snapshot, whose records ``mark(row, marker)``
+    makes again with their own mark (``EventShaper.snapshot_records``); ``ts_us``: the time the records carry."""
+
+    records: list[Plain]
+    first: Row
+    last: Row
+    ts_us: int
+    mark: Callable[[Row, str], Plain]
+
+    def __len__(self) -> int:
+        return len(self.records)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,11 +25,12 @@ from __future__ import annotations
 import itertools
 import re
 import struct
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from cdcd import __version__
 from cdcd.avro import EnvelopeEncoder, SourceInfo, TxInfo, build_schemas
@@ -52,7 +53,7 @@ from cdcd.avro.metadata import (
     encode_notification,
     message_value_schema,
 )
-from cdcd.batches import Buffered, EncodedRun, Notification, Plain, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, EncodedRun, Notification, Plain, SnapshotBatch, SnapshotRecords, Transaction
 from cdcd.columns import NO_RULES, ColumnRules
 from cdcd.heartbeat import Heartbeat
 from cdcd.lsn import pg_to_unix_us
@@ -286,6 +287,28 @@ class EventShaper:
             emit(topic, key, value_header + encode("r", None, rows[i], marked, lsn, now_us), None)
             i += 1
         self.events[plan.table, "r"] += len(rows)
+
+    def snapshot_encoder(self, relation: Relation, lsn: int) -> SnapshotEncoder:
+        """What makes initial-snapshot rows of ``relation`` at ``lsn`` into records where they are read (its
+        schemas registered now, on the caller's thread); ``snapshot_records`` emits what it made."""
+        plan = self.plans.get(relation)
+        wire = plan.wire or self.wire(plan)
+        return SnapshotEncoder(relation, wire, self.database, lsn, self.clock_us, self.stage)
+
+    def snapshot_records(self, batch: SnapshotBatch, emit_many: EmitMany) -> None:
+        """Emit a batch whose rows were made into records where they were read (``batch.encoded``), the first and
+        last row of the whole initial snapshot made again with their mark, as ``snapshot`` marks them."""
+        encoded = batch.encoded
+        assert encoded is not None
+        plan = self.plans.get(batch.relation)
+        records = encoded.records
+        ends = [(0, encoded.first)] if batch.first else []
+        if batch.last and not (batch.first and len(records) == 1):  # one row, first and last: first
+            ends.append((len(records) - 1, encoded.last))
+        for index, row in ends:
+            records[index] = encoded.mark(row, "first" if index == 0 and batch.first else "last")
+        emit_many(records)
+        self.events[plan.table, "r"] += len(records)
 
     # -- table changes -------------------------------------------------------------------------------
 
@@ -543,3 +566,60 @@ def _first_lsn(changes: Iterable[Buffered]) -> tuple[Iterable[Buffered], int | N
 def _key(wire: Wire, row: Row) -> bytes:
     assert wire.key_header is not None
     return wire.key_header + wire.encoder.encode_key(row)
+
+
+def snapshot_record(wire: Wire, row: Row, source: SourceInfo, lsn: int, now_us: int) -> Plain:
+    """The ``r`` record of a snapshot row, as ``EventShaper.snapshot`` makes it (the specification)."""
+    key = None if wire.key_header is None else wire.key_header + wire.encoder.encode_key(row)
+    return wire.topic, key, wire.value_header + wire.encoder.encode_value("r", None, row, source, lsn, now_us)
+
+
+class SnapshotEncoder:
+    """One table's initial-snapshot rows from COPY text (lines joined as COPY sends them) to their records, all
+    marked ``true``: a parallel initial snapshot's reader threads call it, so that the main thread only produces.
+    Compiled, the lines are parsed and encoded in one call without the GIL (``copy_records``); the lines it leaves,
+    and all of them with ``CDCD_IMPL=python``, go the specification's way: the stage's COPY reader, then
+    ``snapshot_record``, as ``EventShaper.snapshot`` makes them. The encoders cache the last source they encoded,
+    so that part (and only it) takes a lock: several threads encode the same table's key ranges, and the caller's
+    thread marks the ends of the snapshot (``SnapshotRecords.mark``)."""
+
+    def __init__(  # noqa: PLR0917 - what EventShaper.snapshot_encoder hands over
+        self, relation: Relation, wire: Wire, database: str, lsn: int, clock_us: Callable[[], int], stage: RowStage
+    ) -> None:
+        self.wire, self.database, self.lsn, self.clock_us = wire, database, lsn, clock_us
+        self.width = len(relation.columns)
+        self.read_rows, self.read_row = stage.copy_rows_reader(), stage.copy_row_reader()
+        compiled, encoder = stage.rows, wire.encoder
+        self._copy_records = None if compiled is None else compiled.copy_records
+        self._writers = encoder.writers
+        self._envelope = encoder.envelope
+        self._lock = threading.Lock()
+
+    def __call__(self, data: bytes) -> SnapshotRecords:
+        """The records of ``data``'s lines (at least one)."""
+        now_us = self.clock_us()
+        source = SourceInfo(version=__version__, db=self.database, ts_us=now_us, snapshot="true", commit_lsn=self.lsn)
+        envelope, writers, copy_records, wire = self._envelope, self._writers, self._copy_records, self.wire
+        if envelope is None or writers is None or copy_records is None:
+            rows = self.read_rows(data, self.width)
+            with self._lock:
+                records = [snapshot_record(wire, row, source, self.lsn, now_us) for row in rows]
+            return SnapshotRecords(records, rows[0], rows[-1], now_us, self._marking(source, now_us))
+        with self._lock:
+            rest = envelope.snapshot_rest(source, self.lsn, now_us)
+        made, left = copy_records(data, self.width, *writers, wire.key_header, wire.value_header, rest, wire.topic)
+        if left:  # every line read before any is encoded, as the specification does (the same first error)
+            parsed = [(index, self.read_rows(line, self.width)[0]) for index, line in left]
+            with self._lock:
+                for index, row in parsed:
+                    made[index] = snapshot_record(wire, row, source, self.lsn, now_us)
+        first = self.read_row(data[: data.index(b"\n") + 1], self.width)
+        last = self.read_row(data[data.rfind(b"\n", 0, len(data) - 1) + 1 :], self.width)
+        return SnapshotRecords(cast("list[Plain]", made), first, last, now_us, self._marking(source, now_us))
+
+    def _marking(self, source: SourceInfo, now_us: int) -> Callable[[Row, str], Plain]:
+        def mark(row: Row, marker: str) -> Plain:
+            with self._lock:
+                return snapshot_record(self.wire, row, replace(source, snapshot=marker), self.lsn, now_us)
+
+        return mark

@@ -415,6 +415,7 @@ class EnvelopeEncoder:
         self.rows: Callable[..., tuple[int, Sequence[int]]] | None = None
         self.snapshot_rows: Callable[..., int] | None = None  # ``Envelope.snapshot_rows``: the same for snapshots
         self.envelope: Envelope | None = None  # the compiled Envelope (also for the lane: cdcd.replication.lane)
+        self.writers: tuple[RowWriter, RowWriter | None] | None = None  # its compiled value and key row writers
         self.stage = stage  # also reads its runs' changes again (cdcd.batches.EncodedRun.changes)
         self._compiled = None if stage is None else stage.rows
         if schemas.debezium:  # Debezium's layout: the envelope written here (the reference of the compiled one)
@@ -443,6 +444,7 @@ class EnvelopeEncoder:
         self.rows = envelope.rows
         self.snapshot_rows = envelope.snapshot_rows
         self.envelope = envelope
+        self.writers = value_row, key_row
 
     # The hot path is a closure over locals (no attribute lookups per event).
     def _make_encode_value(self) -> EncodeValue:  # noqa: PLR0915 - one closure on purpose: the hot path

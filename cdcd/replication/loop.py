@@ -33,7 +33,7 @@ from cdcd.replication.core import Event, Publish, ReplicationCore, Silence, Snap
 from cdcd.replication.lane import Lane, carry_out
 from cdcd.replication.start import check_timeline, committed_snapshot, resumable, slot_request
 from cdcd.rowstage import IMPL, STAGE
-from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind
+from cdcd.sink import SessionContext, ShapingSink, Sink, SinkRewind, SnapshotEncoding
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.notifications import Notices
 from cdcd.snapshot.reader import SnapshotReader
@@ -254,6 +254,7 @@ class ReplicationLoop:
             source.slot,
             Timeouts.of(source),
             STAGE.copy_row_reader(),
+            read_rows=STAGE.copy_rows_reader(),
             read_only=self.settings.snapshot.read_only,
             standby=info.standby,
             primary=walsender.primary if info.standby else None,
@@ -358,7 +359,8 @@ class ReplicationLoop:
             row, rows = STAGE.copy_row_reader(), STAGE.copy_rows_reader()
             return SnapshotReader(dsn, password, source.slot, timeouts, row, read_rows=rows)
 
-        return Parallel(connections, open_reader, reader.split)
+        encoder = self.sink.snapshot_encoder if isinstance(self.sink, SnapshotEncoding) else None
+        return Parallel(connections, open_reader, reader.split, encoder)
 
     def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, context: SessionContext) -> bool:
         """Read the tables in the slot's exported snapshot, and wait until the sink has all of it; False when a

@@ -16,11 +16,12 @@ if TYPE_CHECKING:
 
 
 class NativeRows:
-    """Row writers, envelopes and encoded runs: ``cdcd._native``'s classes (``RowStage.rows``)."""
+    """Row writers, envelopes, encoded runs and snapshot records: ``cdcd._native``'s (``RowStage.rows``)."""
 
     row_writer = staticmethod(_native.RowWriter)
     envelope = staticmethod(_native.Envelope)
     encoded = staticmethod(_native.Encoded)
+    copy_records = staticmethod(_native.copy_records)  # COPY lines to a snapshot's records, without the GIL
 
 
 class NativeLane:

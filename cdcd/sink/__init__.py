@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from cdcd.batches import Buffered, Notification, Shaped, SnapshotBatch, Transaction
+from cdcd.batches import Buffered, Notification, Shaped, SnapshotBatch, SnapshotRecords, Transaction
 from cdcd.heartbeat import Heartbeat
 from cdcd.ledger import Ledger
-from cdcd.pgoutput.messages import LogicalMessage, Type
+from cdcd.pgoutput.messages import LogicalMessage, Relation, Type
 from cdcd.plan import Plans
 
 
@@ -126,3 +126,11 @@ class ShapingSink(Sink, Protocol):
 
     def write_notification(self, topic: str, notification: Notification, progress: Ledger) -> None:
         """Write a snapshot notification (``notifications.kafka``) to ``topic``; it confirms nothing new."""
+
+
+@runtime_checkable
+class SnapshotEncoding(Protocol):
+    """A sink whose records a parallel initial snapshot's reader threads make where they read (Kafka's): what
+    ``snapshot_encoder`` returns turns COPY text lines of ``relation`` into ``SnapshotRecords``, from any thread."""
+
+    def snapshot_encoder(self, relation: Relation, lsn: int) -> Callable[[bytes], SnapshotRecords]: ...

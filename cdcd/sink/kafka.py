@@ -19,8 +19,8 @@ from cdcd.config import KafkaSettings
 from cdcd.heartbeat import Heartbeat
 from cdcd.ledger import Ledger
 from cdcd.lsn import pg_to_unix_us
-from cdcd.pgoutput.messages import LogicalMessage
-from cdcd.shaping import EventShaper
+from cdcd.pgoutput.messages import LogicalMessage, Relation
+from cdcd.shaping import EventShaper, SnapshotEncoder
 from cdcd.sink import Committed, SessionContext
 from cdcd.sink.delivery import Delivery
 from cdcd.sink.registry import KafkaRegistry
@@ -110,8 +110,28 @@ class KafkaSink:
         self.delivery.write(progress, entry, lambda emit, _: self.shaper.message(message, emit), message.lsn, None)
 
     def write_snapshot(self, batch: SnapshotBatch, progress: Ledger) -> None:
+        """An initial snapshot's batch is written in bulk (``Delivery.write_bulk``: no acknowledgement per record;
+        nothing of it is confirmed before all of it is in Kafka), its records made where it was read when it comes
+        ``encoded``."""
         entry = progress.open(batch.lsn, None, batch.done)
-        self.delivery.write(progress, entry, lambda emit, _: self.shaper.snapshot(batch, emit), None, None)
+        shaper = self.shaper
+        if batch.encoded is None and batch.marker != "true":
+            self.delivery.write(progress, entry, lambda emit, _: shaper.snapshot(batch, emit), None, None)
+            return
+        # bulk records may overtake each other: the batches holding the snapshot's first and last records are
+        # written alone, so that source.snapshot "first" and "last" are the first and last in their partitions
+        if batch.last:
+            self.delivery.flush()
+        if batch.encoded is not None:
+            self.delivery.write_bulk(progress, entry, lambda _, emit_many: shaper.snapshot_records(batch, emit_many))
+        else:
+            self.delivery.write_bulk(progress, entry, lambda emit, _: shaper.snapshot(batch, emit))
+        if batch.first:
+            self.delivery.flush()
+
+    def snapshot_encoder(self, relation: Relation, lsn: int) -> SnapshotEncoder:
+        """What makes a parallel initial snapshot's rows of ``relation`` into records where they are read."""
+        return self.shaper.snapshot_encoder(relation, lsn)
 
     def write_heartbeat(self, beat: Heartbeat, progress: Ledger) -> None:
         """A heartbeat record, as an entry at the position confirmable already: it confirms nothing new."""

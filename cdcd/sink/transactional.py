@@ -174,6 +174,10 @@ class ExactlyOnceDelivery:
         progress.seal(entry)
         self._commit_if_due()
 
+    def write_bulk(self, progress: Ledger, entry: Entry, shape: Shape) -> None:
+        """As ``write``: every record is in a Kafka transaction, without delivery reports already."""
+        self.write(progress, entry, shape, None, None)
+
     def _hold(self, entry: Entry, progress: Ledger) -> None:
         """``entry`` is finished when the Kafka transaction it is written in commits; open one if none is."""
         assert not self._abort_pending, "an interrupted Kafka transaction is aborted before anything is written"

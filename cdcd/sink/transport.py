@@ -52,6 +52,7 @@ class KafkaTransport:
         self._producer: Producer | None = None
         self._failure: str | None = None
         self._whole_producer: Producer | None = None  # for whole transactions (produce_whole), made on first use
+        self._second_bulk: Producer | None = None  # produce_bulk's other producer (the first: the whole one)
         self._waiting = 0  # messages in the producer at the last poll
         self._moved_at = time.monotonic()  # when the producer's queue last shrank or was empty
 
@@ -130,14 +131,14 @@ class KafkaTransport:
         cycle the frozen collector leaves to interpreter shutdown), and a librdkafka thread calling back during
         shutdown crashed the process (SIGSEGV after a SASL authentication failure). What was not acknowledged
         by now is dropped: it was never confirmed, so the next run sends it again."""
-        producers = [p for p in (self._producer, self._whole_producer) if p is not None]
+        producers = [p for p in (self._producer, self._whole_producer, self._second_bulk) if p is not None]
         for producer in producers:  # never the whole producer twice: produce_whole restores the first
             producer.purge()
             try:
                 producer.close()  # flushes: after the purge, only the purged messages' reports
             except KafkaException as exc:  # e.g. a fenced transactional producer: nothing left to confirm
                 log.warning("Kafka producer closed with an error", error=exc.args[0].str())
-        self._producer = self._whole_producer = None
+        self._producer = self._whole_producer = self._second_bulk = None
 
     # -- failures -------------------------------------------------------------------------------
 
@@ -218,14 +219,58 @@ class KafkaTransport:
         produced before is in Kafka first, and nothing is produced after before these are: no message of a
         partition overtakes another across the two producers."""
         self._drain()
-        if self._whole_producer is None:
-            self._whole_producer = self.make_producer({"delivery.report.only.error": True, "on_delivery": self._report})
-        single, self._producer = self._producer, self._whole_producer
+        single, self._producer = self._producer, self._whole()
         try:
             shape(self.producing(None, None), self.producing_many(None, None))
             self._drain()
         finally:
             self._producer = single
+
+    def produce_bulk(self, shape: Shape, lane: int) -> None:
+        """What ``shape`` emits, by bulk producer ``lane`` (0 or 1; they report failures only, as the producer of
+        whole transactions, which is the first), not waited for: ``bulk_drained`` tells when Kafka has all that a
+        producer was given, ``drain_bulk`` waits for both. While one takes messages the other empties, so that
+        what it had is known to be in Kafka without a pause. Their messages may overtake each other: only an
+        initial snapshot's records, one per key, go there. Every message of the single producer is in Kafka first,
+        and the caller drains both before the single producer takes more."""
+        self._drain()
+        single, self._producer = self._producer, self._bulk_producer(lane)
+        try:
+            shape(self.producing(None, None), self.producing_many(None, None))
+        finally:
+            self._producer = single
+
+    def bulk_drained(self, lane: int) -> bool:
+        """Whether Kafka has every message bulk producer ``lane`` was given (a failure stops the sink)."""
+        producer = self._whole_producer if lane == 0 else self._second_bulk
+        if producer is None:
+            return True
+        producer.poll(0)
+        self.raise_failure()
+        return len(producer) == 0
+
+    def drain_bulk(self) -> None:
+        """Wait until Kafka has every message ``produce_bulk`` produced (a failure stops the sink)."""
+        single = self._producer
+        try:
+            for producer in (self._whole_producer, self._second_bulk):
+                if producer is not None:
+                    self._producer = producer
+                    self._drain()
+        finally:
+            self._producer = single
+
+    def _bulk_producer(self, lane: int) -> Producer:
+        if lane == 0:
+            return self._whole()
+        if self._second_bulk is None:
+            self._second_bulk = self.make_producer({"delivery.report.only.error": True, "on_delivery": self._report})
+        return self._second_bulk
+
+    def _whole(self) -> Producer:
+        if self._whole_producer is None:
+            self._whole_producer = self.make_producer({"delivery.report.only.error": True, "on_delivery": self._report})
+        return self._whole_producer
 
     def _report(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:

@@ -4,9 +4,10 @@ state: what ``snapshot.parallelism`` > 1 does. No psycopg: the readers are opene
 
 Each connection has a thread that takes the next part, reads it in batches of rows and hands them over a small
 queue; the caller (``Snapshotter``, on the main thread) writes them to the sink, which alone talks to Kafka and
-to the position ledger. The threads spend their time in psycopg's COPY reading and in the row stage's COPY
-decoding, which release the GIL while they wait for the server or parse; the sink's encoding and producing
-stay on the caller's thread. The batches of one part come in its key order; parts interleave.
+to the position ledger. A part with ``encode`` (the Kafka sink's ``snapshot_encoder``) is read as COPY text and
+made into its records on the thread (the compiled stage parses and encodes without the GIL), so that the caller
+only produces them; without, its rows are decoded there and encoded by the sink. The batches of one part come in
+its key order; parts interleave.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cdcd.batches import SnapshotRecords
 from cdcd.pgoutput.messages import Row
 
 POLL_S = 0.05  # how long the caller waits for a batch before it gets a None (to poll the sink meanwhile)
@@ -32,6 +34,9 @@ class PartReader(Protocol):
     def row_batches(
         self, table: Any, condition: str | None, after: Sequence[str | None] | None, size: int
     ) -> Iterator[list[Row]]: ...
+    def copy_batches(
+        self, table: Any, condition: str | None, after: Sequence[str | None] | None, size: int
+    ) -> Iterator[bytes]: ...
     def close(self) -> None: ...
 
 
@@ -43,14 +48,16 @@ class Part:
     table: Any
     condition: str | None
     after: Sequence[str | None] | None = None
+    encode: Callable[[bytes], SnapshotRecords] | None = None  # COPY lines to records, on the reading thread
 
 
 @dataclass(frozen=True)
 class Read:
-    """Rows of ``part`` in key order; ``final``: its last (``rows`` is empty when the part has none)."""
+    """Rows of ``part`` in key order (made into records when it has ``encode``); ``final``: its last (``rows`` is
+    empty when the part has none)."""
 
     part: Part
-    rows: list[Row]
+    rows: list[Row] | SnapshotRecords
     final: bool
 
 
@@ -137,12 +144,18 @@ def _work(
 
 def _read(reader: PartReader, part: Part, out: _Out, halt: threading.Event, size: int) -> bool:
     """Hand over the batches of ``part``, each told whether it is the last; False when halted."""
-    held: list[Row] | None = None
-    for rows in reader.row_batches(part.table, part.condition, part.after, size):
+    held: list[Row] | SnapshotRecords | None = None
+    for rows in _batches(reader, part, size):
         if held is not None and not _put(out, Read(part, held, False), halt):
             return False
         held = rows
     return _put(out, Read(part, held or [], True), halt)
+
+
+def _batches(reader: PartReader, part: Part, size: int) -> Iterator[list[Row]] | Iterator[SnapshotRecords]:
+    if part.encode is None:
+        return reader.row_batches(part.table, part.condition, part.after, size)
+    return map(part.encode, reader.copy_batches(part.table, part.condition, part.after, size))
 
 
 def _put(out: _Out, item: Read | BaseException | _Finished, halt: threading.Event) -> bool:

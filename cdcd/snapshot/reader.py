@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq, sql
+from psycopg.errors import error_from_result
+from psycopg.generators import fetch_many
 
 from cdcd.config import ConfigError, SourceSettings
 from cdcd.filters.checks import ColumnInfo, TableInfo
@@ -38,6 +40,7 @@ from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts, con
 Conn = psycopg.Connection[Any]
 _T = TypeVar("_T")
 
+_ROWS_AT_ONCE = 1000  # COPY lines ``rows`` decodes in one call of the row stage
 _FIRST_USER_TYPE = 10000  # pgoutput sends Type messages for types at or above FirstGenbkiObjectId
 # A table without statistics is counted (for the snapshot's progress) when it takes at most this much disk: a
 # count of 8 MiB is a few milliseconds; a larger table's estimate is "unknown" rather than a scan before its scan.
@@ -224,34 +227,30 @@ class SnapshotReader:
         return self._guard(lambda: ancestors(self.conn, relation_id))
 
     def rows(self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]:
-        """Every row of ``table`` matching ``condition``, in key order, after key ``after``."""
-        try:
-            yield from _copy_rows(self.conn, table, select_sql(table, condition, after, None), self.read_row)
-        except psycopg.OperationalError as exc:
-            raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
-        except psycopg.Error as exc:
-            raise SourceError(f"cannot read {table.name} for the snapshot: {_first(exc)}") from None
+        """Every row of ``table`` matching ``condition``, in key order, after key ``after`` (read as ``row_batches``
+        reads them: lines decoded a batch at a time)."""
+        for rows in self.row_batches(table, condition, after, _ROWS_AT_ONCE):
+            yield from rows
 
     def row_batches(
         self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None, size: int
     ) -> Iterator[list[Row]]:
-        """As ``rows``, in lists of up to ``size`` rows: each list's COPY lines gathered in one buffer and decoded
-        in one call of the row stage (the compiled one parses without holding the GIL). The lines are appended to
-        the buffer as they come: holding psycopg's line objects until the end of a list costs twice as much (the
-        garbage collector walks them)."""
+        """As ``rows``, in lists of up to ``size`` rows: each list's COPY lines (``copy_batches``) decoded in one
+        call of the row stage (the compiled one parses without holding the GIL)."""
         width = len(table.relation.columns)
         read = self.read_rows
+        for data in self.copy_batches(table, condition, after, size):
+            yield read(data, width)
+
+    def copy_batches(
+        self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None, size: int
+    ) -> Iterator[bytes]:
+        """As ``rows``, as COPY text: up to ``size`` lines at a time, joined as COPY sends them (each ending in its
+        newline). The lines are appended to the buffer as they come: holding psycopg's line objects until the end
+        of a batch costs twice as much (the garbage collector walks them)."""
         try:
             with self.conn.cursor().copy(select_sql(table, condition, after, None)) as copy:
-                data, lines = bytearray(), 0
-                for line in copy:
-                    data += line
-                    lines += 1
-                    if lines == size:
-                        yield read(bytes(data), width)
-                        data, lines = bytearray(), 0
-                if lines:
-                    yield read(bytes(data), width)
+                yield from _copy_batches(self.conn, copy, size)
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
         except psycopg.Error as exc:
@@ -425,6 +424,42 @@ def _copy_rows(conn: Conn, table: SnapshotTable, copy_sql: sql.Composed, read: R
     with conn.cursor().copy(copy_sql) as copy:
         for data in copy:
             yield read(bytes(data), width)
+
+
+def _copy_batches(conn: Conn, copy: psycopg.Copy, size: int) -> Iterator[bytes]:
+    """The lines of ``copy`` (a COPY TO), up to ``size`` at a time, joined. Read from libpq itself while it holds
+    whole lines (``PQgetCopyData`` without waiting, ~0.3 µs a line, against ~0.8 µs through psycopg's ``read``, a
+    generator and a wait per line, all of it holding the GIL); when it holds none, psycopg's ``read`` waits for
+    the server (without the GIL) and takes the next line, or the end and the COPY's result. An end libpq gives here
+    is not psycopg's to see (libpq's next call would find no COPY in progress): its result is fetched here."""
+    pgconn, read = conn.pgconn, copy.read
+    get = pgconn.get_copy_data
+    data, lines = bytearray(), 0
+    while True:
+        got, line = get(1)
+        if got > 0:
+            data += line
+        elif got == 0:  # nothing buffered: wait for the server
+            waited = read()
+            if not waited:
+                break
+            data += waited
+        else:
+            _copy_result(conn)
+            break
+        lines += 1
+        if lines == size:
+            yield bytes(data)
+            data, lines = bytearray(), 0
+    if lines:
+        yield bytes(data)
+
+
+def _copy_result(conn: Conn) -> None:
+    """The result of a COPY TO whose end libpq reported: raised when it is an error."""
+    results = conn.wait(fetch_many(conn.pgconn))
+    if results and results[0].status != pq.ExecStatus.COMMAND_OK:
+        raise error_from_result(results[0], encoding=conn.info.encoding)
 
 
 def emit(conn: Conn, prefix: str, content: dict[str, Any]) -> None:

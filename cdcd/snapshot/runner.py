@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from cdcd.batches import SnapshotBatch
+from cdcd.batches import SnapshotBatch, SnapshotRecords
 from cdcd.filters.plan import FilterPlan
 from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, Type
@@ -56,6 +56,8 @@ from cdcd.snapshot.window import ChunkWindow
 from cdcd.snapshot.xids import SnapshotXids
 
 log = structlog.get_logger("cdcd.snapshot")
+
+_Rows = list[Row] | SnapshotRecords  # a batch's rows, or their records made where they were read
 
 
 class SnapshotError(RuntimeError):
@@ -112,6 +114,9 @@ class Parallel:
     open_reader: Callable[[], PartReader]  # a new connection, to read parts on
     # a table's key ranges for at most ``parts`` parts, as SQL conditions ([]: not cut): ``SnapshotReader.split``
     split: Callable[[Any, str | None, int], list[str]]
+    # what makes a table's rows (its Relation, at the consistent point) into records on the reading threads: the
+    # sink's ``snapshot_encoder`` (None: rows are handed over and the sink encodes them)
+    encoder: Callable[[Relation, int], Callable[[bytes], SnapshotRecords]] | None = None
 
 
 def key_values(relation: Relation, key_columns: Sequence[str], row: Row) -> list[str | None]:
@@ -303,7 +308,7 @@ class Snapshotter:
         lsn = self.state.consistent_point or 0
         parts, tables = self._parts(parallel)
         left = Counter(id(tables[id(p.owner)]) for p in parts)  # parts not read yet, by table
-        held: tuple[TableProgress, Relation, list[Row], list[str | None] | None, bool] | None = None
+        held: tuple[TableProgress, Relation, _Rows, list[str | None] | None, bool] | None = None
         first = True
         total = 0
         reading = read_parts(parts, parallel.connections, parallel.open_reader, snapshot_name, self.chunk_size)
@@ -332,10 +337,12 @@ class Snapshotter:
             self._write_initial(*held[:4], lsn, first=first, last=True, final=held[4])
         return total
 
-    def _batch(self, read: Read) -> tuple[TableProgress, Relation, list[Row], list[str | None] | None]:
+    def _batch(self, read: Read) -> tuple[TableProgress, Relation, _Rows, list[str | None] | None]:
         table: Table = read.part.table
-        key = key_values(table.relation, table.key_columns, read.rows[-1]) if table.key_columns else None
-        return read.part.owner, table.relation, read.rows, key
+        rows = read.rows
+        last = rows.last if isinstance(rows, SnapshotRecords) else rows[-1]
+        key = key_values(table.relation, table.key_columns, last) if table.key_columns else None
+        return read.part.owner, table.relation, rows, key
 
     def _parts(self, parallel: Parallel) -> tuple[list[Part], dict[int, TableProgress]]:
         """What to read: each initial table whole, or in key ranges when it is large enough; the ranges replace
@@ -343,8 +350,10 @@ class Snapshotter:
         table's own item, which its notifications and its meter go by."""
         parts: list[Part] = []
         tables: dict[int, TableProgress] = {}
+        lsn = self.state.consistent_point or 0
         for item in [p for p in self.state.queue if p.kind == "initial"]:
             table, condition = self._start_initial(item)
+            encode = None if parallel.encoder is None else parallel.encoder(table.relation, lsn)
             meter = self.meters.tables.get(item.table)
             count = parts_for(meter.estimated if meter is not None else None, self.chunk_size, parallel.connections)
             ranges = parallel.split(table, condition, count) if table.key_columns and item.last_key is None else []
@@ -356,7 +365,7 @@ class Snapshotter:
                 log.info("table cut into key ranges", table=item.table, ranges=len(pieces), id=item.id)
             for piece in pieces:
                 tables[id(piece)] = item
-                parts.append(Part(piece, table, self.condition(piece, table), piece.last_key))
+                parts.append(Part(piece, table, self.condition(piece, table), piece.last_key, encode))
         self.store.save(self.state)
         return parts, tables
 
@@ -364,7 +373,7 @@ class Snapshotter:
         self,
         item: TableProgress,
         relation: Relation,
-        rows: list[Row],
+        rows: _Rows,
         key: list[str | None] | None,
         lsn: int,
         *,
@@ -373,9 +382,11 @@ class Snapshotter:
         final: bool,
     ) -> None:
         done = self._saved(item, key, len(rows), final)
-        self.sink.write_snapshot(
-            SnapshotBatch(relation, rows, lsn, time.time_ns() // 1000, "true", first, last, done), self.ledger
-        )
+        if isinstance(rows, SnapshotRecords):
+            batch = SnapshotBatch(relation, (), lsn, rows.ts_us, "true", first, last, done, rows)
+        else:
+            batch = SnapshotBatch(relation, rows, lsn, time.time_ns() // 1000, "true", first, last, done)
+        self.sink.write_snapshot(batch, self.ledger)
 
     def saved(self) -> None:
         """The progress in memory is committed (an exactly-once sink's commit): save it."""

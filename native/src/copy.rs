@@ -5,6 +5,8 @@ use std::borrow::Cow;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
+use crate::row::RowWriter;
+
 /// The row of one COPY text line (its newline included, as COPY sends it), or `None` when the line is not
 /// plainly what COPY writes (wrong width, not UTF-8, an escape other than COPY's own, a trailing backslash):
 /// `cdcd.snapshot.copy.parse_line` then decides.
@@ -64,6 +66,86 @@ pub fn copy_rows<'py>(py: Python<'py>, data: &[u8], width: usize) -> PyResult<(B
         rows.push(PyTuple::new(py, items)?.into_any());
     }
     Ok((PyList::new(py, rows)?, left))
+}
+
+/// A snapshot's records of COPY text lines (joined as COPY sends them) in one call, with the GIL released while
+/// the lines are parsed and encoded: for each line ``(topic, key, value)`` as `cdcd.shaping.EventShaper.snapshot`
+/// makes it (``key_header`` and the Key record of ``key_rows``, none when it is None; ``value_header``, a null
+/// ``before``, the row as ``after`` and ``rest``, the envelope after them: `Envelope.snapshot_rest`). A line it
+/// leaves (not plainly what COPY writes, or a value the row writers refuse) is None in the list, its index and
+/// bytes (newline included) in the second: the specification then reads and encodes it, or raises its error.
+#[pyfunction]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+#[pyo3(signature = (data, width, rows, key_rows, key_header, value_header, rest, topic))]
+pub fn copy_records<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    width: usize,
+    rows: &Bound<'py, RowWriter>,
+    key_rows: Option<&Bound<'py, RowWriter>>,
+    key_header: Option<&[u8]>,
+    value_header: &[u8],
+    rest: &[u8],
+    topic: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyList>, Vec<(usize, Bound<'py, PyBytes>)>)> {
+    let (value_rows, key_rows) = (rows.get(), key_rows.map(|k| k.get()));
+    let keyed = key_rows.zip(key_header);
+    let encoded: Vec<(&[u8], Option<(Option<Vec<u8>>, Vec<u8>)>)> = py.detach(|| {
+        data.split_inclusive(|&c| c == b'\n')
+            .map(|line| {
+                let values = line.strip_suffix(b"\n").and_then(|text| fields(text, width));
+                (
+                    line,
+                    values.and_then(|values| encode(&values, value_rows, keyed, value_header, rest)),
+                )
+            })
+            .collect()
+    });
+    let mut left = Vec::new();
+    let mut records: Vec<Bound<'py, PyAny>> = Vec::with_capacity(encoded.len());
+    for (index, (line, record)) in encoded.into_iter().enumerate() {
+        let Some((key, value)) = record else {
+            left.push((index, PyBytes::new(py, line)));
+            records.push(py.None().into_bound(py));
+            continue;
+        };
+        let key = match key {
+            Some(key) => PyBytes::new(py, &key).into_any(),
+            None => py.None().into_bound(py),
+        };
+        let value = PyBytes::new(py, &value).into_any();
+        records.push(PyTuple::new(py, [topic.clone(), key, value])?.into_any());
+    }
+    Ok((PyList::new(py, records)?, left))
+}
+
+/// A row's key bytes (with their header; None without `keyed`) and value bytes, or None when a writer refuses it.
+fn encode(
+    values: &[Option<Cow<'_, str>>],
+    rows: &RowWriter,
+    keyed: Option<(&RowWriter, &[u8])>,
+    value_header: &[u8],
+    rest: &[u8],
+) -> Option<(Option<Vec<u8>>, Vec<u8>)> {
+    let key = match keyed {
+        Some((key_rows, header)) => {
+            let mut key = Vec::with_capacity(header.len() + 16);
+            key.extend_from_slice(header);
+            if !key_rows.write_text(values, &mut key) {
+                return None;
+            }
+            Some(key)
+        }
+        None => None,
+    };
+    let mut value = Vec::with_capacity(value_header.len() + rest.len() + 128);
+    value.extend_from_slice(value_header);
+    value.extend_from_slice(&[0, 2]); // before: null; after: the row
+    if !rows.write_text(values, &mut value) {
+        return None;
+    }
+    value.extend_from_slice(rest);
+    Some((key, value))
 }
 
 /// A line's values: None for NULL.

@@ -334,6 +334,21 @@ impl Envelope {
         Ok(stop)
     }
 
+    /// The part of a snapshot row's envelope after its ``before`` and ``after`` fields (``op`` r, ``source``,
+    /// ``lsn``, ``ts_us``, no transaction, no unchanged TOAST), as `encode` writes it: what `copy_records`
+    /// appends to each row of a batch.
+    fn snapshot_rest<'py>(
+        &mut self,
+        py: Python<'py>,
+        source: Bound<'py, PyAny>,
+        lsn: i64,
+        ts_us: Option<i64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let mut rest = Vec::with_capacity(128);
+        self.write_rest(py, &mut rest, "r", SourceArg::Py(&source), Some(lsn), ts_us, None, &[])?;
+        Ok(PyBytes::new(py, &rest))
+    }
+
     /// Encode a RowChange of this table as it arrives, appended to ``into`` with ``payload`` (its pgoutput
     /// message): its key, before and after, and unchanged TOAST names, which do not depend on its transaction.
     /// Returns the bytes appended; 0 for a change left to the shaper (`rows` leaves it too): an update that

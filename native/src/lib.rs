@@ -13,7 +13,8 @@
 //! * `plain_transactions`: whole plain transactions from walsender frames to Kafka records in one call (the
 //!   lane of `cdcd.replication.lane`), with a `LaneTable` per table.
 //! * `copy_row`: a `COPY ... TO STDOUT` text line to a row (`cdcd.snapshot.copy`), for snapshots; `copy_rows`,
-//!   many lines in one call, parsed without the GIL (a parallel initial snapshot's reader threads).
+//!   many lines in one call, parsed without the GIL (a parallel initial snapshot's reader threads);
+//!   `copy_records`, many lines to a snapshot's Kafka records in one call, parsed and encoded without the GIL.
 
 use pyo3::prelude::*;
 
@@ -39,6 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(envelope::transaction_event, m)?)?;
     m.add_function(wrap_pyfunction!(copy::copy_row, m)?)?;
     m.add_function(wrap_pyfunction!(copy::copy_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(copy::copy_records, m)?)?;
     m.add_class::<lane::LaneTable>()?;
     m.add_function(wrap_pyfunction!(lane::plain_transactions, m)?)?;
     Ok(())

@@ -1,6 +1,8 @@
 //! One table version's row record, compiled: the row tuple's values converted and written as Avro, in the
 //! record's field order, exactly as the Python encoder generated for the same columns writes them.
 
+use std::borrow::Cow;
+
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
@@ -126,6 +128,46 @@ impl RowWriter {
             out.push(2);
         }
         mask.write(text, out);
+        true
+    }
+
+    /// Append the record of a row of text values (None: NULL), as `write` does for a tuple of those `str`s,
+    /// without Python (callable with the GIL released); false when it would need the fallback (a value the
+    /// compiled conversion refuses, a missing key value): `out` is then to be discarded.
+    pub fn write_text(&self, row: &[Option<Cow<'_, str>>], out: &mut Vec<u8>) -> bool {
+        if row.len() != self.ncols {
+            return false;
+        }
+        for field in &self.fields {
+            let branch = self.nullable && field.default.is_none();
+            let Some(text) = &row[field.index] else {
+                match &field.default {
+                    Some(default) => out.extend_from_slice(default),
+                    None if self.nullable => out.push(0),
+                    None => return false,
+                }
+                continue;
+            };
+            if let Some(mask) = &field.mask {
+                if matches!(mask, Mask::Null) {
+                    out.push(0);
+                } else {
+                    if branch {
+                        out.push(2);
+                    }
+                    mask.write(text, out);
+                }
+                continue;
+            }
+            if branch {
+                out.push(2);
+            } else if matches!(field.kind, Kind::Array(_)) {
+                out.push(0); // the array branch of a Key's [array, string]
+            }
+            if !convert::text(field.kind, text, out) {
+                return false;
+            }
+        }
         true
     }
 

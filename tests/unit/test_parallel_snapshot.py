@@ -138,6 +138,13 @@ class FakeConnection:
                 raise ConnectionError("the server went away")
             yield [(str(i), f"v{i}") for i in ids[at : at + size]]
 
+    def copy_batches(
+        self, table: Any, condition: str | None, after: Sequence[str | None] | None, size: int
+    ) -> Iterator[bytes]:
+        """``row_batches`` as COPY text."""
+        for rows in self.row_batches(table, condition, after, size):
+            yield b"".join(f"{key!s}\t{value!s}\n".encode() for key, value in rows)
+
     def split(self, table: Any, condition: str | None, parts: int) -> list[str]:
         cuts = integer_cuts(0, self.tables[table.name] - 1, parts)
         conditions = []
