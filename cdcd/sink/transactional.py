@@ -8,8 +8,9 @@ transaction's end), snapshot batches and messages, then the progress record: the
 atomically. Nothing in it is confirmed to PostgreSQL (``Ledger``) before the commit succeeded.
 
 A commit is a few round trips to the broker (the last records and the progress record acknowledged, EndTxn), and
-confluent-kafka lets no record be produced meanwhile. Its first attempt runs in a thread (``_Commit``: the
-client lets go of the GIL while it waits) so that the loop goes on reading, decoding and shaping: what it shapes
+confluent-kafka lets no record be produced meanwhile. Its first attempt runs on the sink's committer thread
+(``_Commit``; one thread, made once: on a loaded machine a new thread per commit waited to be scheduled; the client
+lets go of the GIL while it waits) so that the loop goes on reading, decoding and shaping: what it shapes
 meanwhile waits in a buffer, produced in the next Kafka transaction once the commit is through. A change that
 arrives during a commit then waits for that commit and one interval at most, not for both plus the next commit
 (benchmarks/README.md, "Exactly-once latency"). Everything after that first attempt (retries, aborts, rewinds)
@@ -23,9 +24,11 @@ transaction and raises ``SinkRewind``: the loop reconnects and starts again from
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import structlog
@@ -65,44 +68,39 @@ Buffered = tuple[str, bytes | None, bytes | None, Headers | None] | list[Plain] 
 
 
 class _Commit:
-    """The commit of a Kafka transaction, its first attempt in a thread of its own, and what it holds."""
+    """The commit of a Kafka transaction, its first attempt on the committer's thread, and what it holds."""
 
-    def __init__(self, call: Callable[[], None], held: list[Entry], committed: Committed) -> None:
-        self.held, self.committed = held, committed
-        self.succeeded = False
-        self._failure: BaseException | None = None
-        self._tried = False
+    def __init__(
+        self, committer: ThreadPoolExecutor, call: Callable[[], None], held: list[Entry], c: Committed
+    ) -> None:
+        self.held, self.committed = held, c
         self._call = call
-        self._thread = threading.Thread(target=self._run, name="cdcd-kafka-commit", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._call()
-            self.succeeded = True
-        except BaseException as exc:  # handed to the loop's thread, which raises or retries it
-            self._failure = exc
+        self._first = committer.submit(call)  # a thread that is there already: nothing waits for one to start
+        self._tried = self._retried = False
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive()
+        return not self._first.done()
+
+    @property
+    def succeeded(self) -> bool:
+        return self._retried or (self._first.done() and self._first.exception() is None)
 
     def wait(self) -> None:
-        self._thread.join()
+        futures.wait([self._first])
 
     def failure(self) -> str:
-        failure = self._failure
+        failure = self._first.exception()
         return failure.args[0].str() if isinstance(failure, KafkaException) else repr(failure)
 
     def again(self) -> None:
         """The commit once more (``_retrying``'s call), on the loop's thread: the first time, the thread's outcome."""
         if not self._tried:
             self._tried = True
-            if self._failure is not None:
-                raise self._failure
+            self._first.result()  # raises what the first attempt raised
             return
         self._call()
-        self.succeeded = True
+        self._retried = True
 
 
 class ExactlyOnceDelivery:
@@ -127,6 +125,7 @@ class ExactlyOnceDelivery:
         self._buffer: list[Buffered] = []  # records shaped while a commit runs, in order
         self._buffered = 0  # records in _buffer
         self._commit_run: _Commit | None = None  # a commit begun and not yet known to have succeeded
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix="cdcd-kafka-commit")  # its thread made at first use
         self._progress: Ledger | None = None
         self._abort_pending = False  # an abort at a session's end did not go through: done before anything else
         self._position = -1  # start LSN of the last stream record written
@@ -397,7 +396,8 @@ class ExactlyOnceDelivery:
         key, value = records.encode(self.slot, self.system_id, committed)
         self._emit(self.progress_topic, key, value, None)
         producer = self.transport.producer
-        self._commit_run = _Commit(lambda: producer.commit_transaction(_COMMIT_TIMEOUT_S), held, committed)
+        commit = partial(producer.commit_transaction, _COMMIT_TIMEOUT_S)
+        self._commit_run = _Commit(self._committer, commit, held, committed)
         self._forget_open()
 
     def _commit_finished(self, *, wait: bool = False) -> None:
