@@ -3,18 +3,9 @@ of ``AtLeastOnceDelivery`` (``sink/delivery.py``): the records in Kafka transact
 position it covers to the progress topic (``sink.progress_topic``).
 
 A Kafka transaction holds whole PostgreSQL transactions (one or more: it is committed once
-``commit_interval_ms`` passed since its first was written or ``max_messages`` were written, at a PostgreSQL
-transaction's end), snapshot batches and messages, then the progress record: the data and the position commit
-atomically. Nothing in it is confirmed to PostgreSQL (``Ledger``) before the commit succeeded.
-
-A commit is a few round trips to the broker (the last records and the progress record acknowledged, EndTxn), and
-confluent-kafka lets no record be produced meanwhile. Its first attempt runs on the sink's committer thread
-(``_Commit``; one thread, made once: on a loaded machine a new thread per commit waited to be scheduled; the client
-lets go of the GIL while it waits) so that the loop goes on reading, decoding and shaping: what it shapes
-meanwhile waits in a buffer, produced in the next Kafka transaction once the commit is through. A change that
-arrives during a commit then waits for that commit and one interval at most, not for both plus the next commit
-(benchmarks/README.md, "Exactly-once latency"). Everything after that first attempt (retries, aborts, rewinds)
-is done on the loop's thread, as before.
+``commit_interval_ms`` passed since it began or ``max_messages`` were written, at a PostgreSQL transaction's
+end), snapshot batches and messages, then the progress record: the data and the position commit atomically.
+Nothing in it is confirmed to PostgreSQL (``Ledger``) before the commit succeeded.
 
 At the start of each session ``committed`` fences any earlier writer with the same ``transactional.id``
 (aborting its open transaction) and reads the last committed record: stream records at or below its position
@@ -26,9 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent import futures
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
 import structlog
@@ -51,9 +39,6 @@ _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.
 _READ_TIMEOUT_S = 10.0  # per request to Kafka while reading the progress topic; then it is tried again
 _READ_RETRY_PAUSE_S = 1.0  # between reads of the progress topic: some errors (no leader yet) come back at once
 _ABORT_TIMEOUT_S = 5.0  # an abort at a session's end waits this long for Kafka, then is left for the next session
-_COMMIT_TIMEOUT_S = 1.0  # per attempt to commit; a retriable failure is tried again (with status updates meanwhile)
-# While a commit runs in its thread the loop looks for its end this often (it reads the walsender meanwhile).
-COMMIT_POLL_S = 0.001
 
 
 def _not_started(topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
@@ -62,45 +47,6 @@ def _not_started(topic: str, key: bytes | None, value: bytes | None, headers: He
 
 def _not_started_many(records: list[Plain]) -> None:
     _not_started("", None, None, None)
-
-
-Buffered = tuple[str, bytes | None, bytes | None, Headers | None] | list[Plain]  # one record, or a run of them
-
-
-class _Commit:
-    """The commit of a Kafka transaction, its first attempt on the committer's thread, and what it holds."""
-
-    def __init__(
-        self, committer: ThreadPoolExecutor, call: Callable[[], None], held: list[Entry], c: Committed
-    ) -> None:
-        self.held, self.committed = held, c
-        self._call = call
-        self._first = committer.submit(call)  # a thread that is there already: nothing waits for one to start
-        self._tried = self._retried = False
-
-    @property
-    def running(self) -> bool:
-        return not self._first.done()
-
-    @property
-    def succeeded(self) -> bool:
-        return self._retried or (self._first.done() and self._first.exception() is None)
-
-    def wait(self) -> None:
-        futures.wait([self._first])
-
-    def failure(self) -> str:
-        failure = self._first.exception()
-        return failure.args[0].str() if isinstance(failure, KafkaException) else repr(failure)
-
-    def again(self) -> None:
-        """The commit once more (``_retrying``'s call), on the loop's thread: the first time, the thread's outcome."""
-        if not self._tried:
-            self._tried = True
-            self._first.result()  # raises what the first attempt raised
-            return
-        self._call()
-        self._retried = True
 
 
 class ExactlyOnceDelivery:
@@ -117,15 +63,9 @@ class ExactlyOnceDelivery:
         self.snapshot_state: Callable[[], dict[str, Any] | None] = lambda: None
         self.snapshot_committed: Callable[[], None] = lambda: None
         self.kafka_transactions = 0  # committed
-        self._open_at: float | None = None  # monotonic time the first entry of _held was written (None: none held)
+        self._open_at: float | None = None  # monotonic time the open Kafka transaction began (None: none open)
         self._opened_with = 0  # self.produced when it began
-        self._held: list[Entry] = []  # entries written in the open Kafka transaction (or buffered), in order
-        self._begun = False  # the Kafka transaction of _held has begun (else its records wait in _buffer)
-        self._whole = True  # False while the buffer is being produced: an interruption leaves a part of it
-        self._buffer: list[Buffered] = []  # records shaped while a commit runs, in order
-        self._buffered = 0  # records in _buffer
-        self._commit_run: _Commit | None = None  # a commit begun and not yet known to have succeeded
-        self._committer = ThreadPoolExecutor(1, thread_name_prefix="cdcd-kafka-commit")  # its thread made at first use
+        self._held: list[Entry] = []  # entries written in the open Kafka transaction, in order
         self._progress: Ledger | None = None
         self._abort_pending = False  # an abort at a session's end did not go through: done before anything else
         self._position = -1  # start LSN of the last stream record written
@@ -226,84 +166,41 @@ class ExactlyOnceDelivery:
     def write(
         self, progress: Ledger, entry: Entry, shape: Shape, position: int | None, txn: Transaction | None
     ) -> None:
-        """In the open Kafka transaction (one is begun if none is), finished when it commits; while a commit
-        runs, shaped into the buffer for the next one."""
+        """In the open Kafka transaction (one is begun if none is), finished when it commits."""
         self._hold(entry, progress)
-        if self._begun:
-            shape(self._emit, self._emit_many)
-        else:
-            shape(self._buffer_one, self._buffer_many)
+        shape(self._emit, self._emit_many)
         if position is not None:
             self._position = position
         progress.seal(entry)
         self._commit_if_due()
 
     def _hold(self, entry: Entry, progress: Ledger) -> None:
-        """``entry`` is finished when the Kafka transaction it is written in commits; open one if none is (unless
-        a commit runs: then its records wait)."""
+        """``entry`` is finished when the Kafka transaction it is written in commits; open one if none is."""
         assert not self._abort_pending, "an interrupted Kafka transaction is aborted before anything is written"
-        self._commit_finished()
-        if not self._begun and self._commit_run is None:
-            self._begin()
         if self._open_at is None:
-            self._open_at = time.monotonic()
+            self._retrying("begin a Kafka transaction", self.transport.producer.begin_transaction)
+            self._open_at, self._opened_with = time.monotonic(), self.transport.produced
         self._progress = progress
         entry.outstanding += 1
         self._held.append(entry)
 
-    def _begin(self) -> None:
-        """Begin the Kafka transaction of what is held, and produce what waited in the buffer."""
-        self._retrying("begin a Kafka transaction", self.transport.producer.begin_transaction)
-        self._begun, self._opened_with = True, self.transport.produced
-        # librdkafka adds a partition to the transaction (a round trip to the coordinator) before its first record:
-        # the progress topic's is added now, beside the data's, not inside the commit. The record of the last commit
-        # (the commit's own record supersedes it; an abort drops both).
-        key, value = records.encode(self.slot, self.system_id, self._committed)
-        self._emit(self.progress_topic, key, value, None)
-        buffer, self._buffer, self._buffered = self._buffer, [], 0
-        emit, emit_many = self._emit, self._emit_many
-        self._whole = False  # until all of the buffer is produced (a wait for room can be interrupted)
-        for item in buffer:
-            if isinstance(item, list):
-                emit_many(item)
-            else:
-                emit(*item)
-        self._whole = True
-
-    def _buffer_one(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
-        self._buffer.append((topic, key, value, headers))
-        self._buffered += 1
-
-    def _buffer_many(self, records: list[Plain]) -> None:
-        self._buffer.append(records)
-        self._buffered += len(records)
-
     # -- committing -------------------------------------------------------------------------------
 
     def wake_in(self) -> float:
-        if self._commit_run is not None:
-            return COMMIT_POLL_S
         if self._open_at is None:
             return self.transport.wake_in()
         return max(0.0, self._open_at + self.options.commit_interval_ms / 1000 - time.monotonic())
 
     def poll(self) -> None:
-        self._commit_finished()
-        if self._open_at is not None and self._commit_run is None and self.wake_in() == 0:
+        if self._open_at is not None and self.wake_in() == 0:
             self._commit()
 
     def flush(self) -> None:
-        self._commit_finished(wait=True)
         if self._open_at is not None:
             self._commit()
-            self._commit_finished(wait=True)
 
     def _commit_if_due(self) -> None:
         assert self._open_at is not None
-        if self._buffered >= self.options.max_messages:  # a commit runs and the buffer is full: wait for it
-            self._commit_finished(wait=True)
-        if self._commit_run is not None:
-            return
         if (
             self.transport.produced - self._opened_with >= self.options.max_messages
             or time.monotonic() - self._open_at >= self.options.commit_interval_ms / 1000
@@ -313,38 +210,11 @@ class ExactlyOnceDelivery:
     def end_session(self, ledger: Ledger) -> None:
         """The session ended: an open Kafka transaction holding an entry that is not whole (its write was
         interrupted) is aborted now, once; if Kafka does not answer, before anything else is written (``committed``).
-        One whose entries are all whole stays open for a stop's ``flush`` to commit. A commit still running is
-        waited for; if it failed, what it and the buffer held is dropped and its transaction aborted as above."""
-        if self._commit_run is not None and not self._settle_running_commit():
+        One whose entries are all whole stays open for a stop's ``flush`` to commit."""
+        if self._open_at is None or all(entry.sealed for entry in self._held):
             return
-        if self._open_at is None or self._all_whole():
-            return
-        begun = self._begun
         held = self._drop_open()
-        if not begun:  # only buffered: nothing of it in Kafka
-            log.info("dropping the buffered records of an interrupted write", entries=len(held))
-            return
         log.info("aborting the Kafka transaction of an interrupted write", entries=len(held))
-        self._abort_at_end()
-
-    def _settle_running_commit(self) -> bool:
-        """At a session's end (no exception may leave it): wait for the running commit; True when it succeeded.
-        If it did not, every entry it and the buffer held is dropped, and its transaction aborted (now, or first
-        thing in the next session)."""
-        commit = self._commit_run
-        assert commit is not None
-        commit.wait()
-        if commit.succeeded:
-            self._commit_succeeded(commit)
-            return True
-        held = self._drop_open()
-        log.warning(
-            "a Kafka commit failed as the session ended; aborting it", error=commit.failure(), entries=len(held)
-        )
-        self._abort_at_end()
-        return False
-
-    def _abort_at_end(self) -> None:
         try:
             self.transport.producer.abort_transaction(_ABORT_TIMEOUT_S)
         except KafkaException as exc:
@@ -353,22 +223,15 @@ class ExactlyOnceDelivery:
 
     def _abort_open(self, why: str) -> None:
         """Abort the open Kafka transaction (if any): its entries are dropped from the ledger, never finished."""
-        if self._commit_run is not None:  # not left running by a session's end (end_session settles it)
-            self._settle_running_commit()
         if self._open_at is None:
             return
-        begun = self._begun
         held = self._drop_open()
         log.info("aborting the open Kafka transaction", reason=why, entries=len(held))
-        if begun:
-            self._retrying("abort a Kafka transaction", lambda: self.transport.producer.abort_transaction(1.0))
+        self._retrying("abort a Kafka transaction", lambda: self.transport.producer.abort_transaction(1.0))
 
     def _drop_open(self) -> list[Entry]:
-        """Forget the open Kafka transaction, a commit not known to have succeeded and the buffer: their entries
-        leave the ledger and what they wrote is not written."""
-        commit, ledger = self._commit_run, self._progress
-        held = [*(commit.held if commit is not None else []), *self._held]
-        self._commit_run = None
+        """Forget the open Kafka transaction: its entries leave the ledger and what it wrote is not written."""
+        held, ledger = self._held, self._progress
         self._forget_open()
         self._position = self._committed.position
         if ledger is not None:
@@ -376,15 +239,11 @@ class ExactlyOnceDelivery:
         return held
 
     def _commit(self) -> None:
-        """Write the progress record and start the commit (in its thread); the held entries are finished once it
-        succeeded (``_commit_finished``). Never a Kafka transaction holding part of a PostgreSQL transaction or
-        snapshot batch: that one is aborted."""
-        assert self._commit_run is None
-        if not self._begun:  # held in the buffer across a session's end, for a stop's flush
-            self._begin()
+        """Write the progress record and commit; then, only then, the held entries are finished. Never a Kafka
+        transaction holding part of a PostgreSQL transaction or snapshot batch: that one is aborted."""
         held, progress = self._held, self._progress
         assert progress is not None
-        if not self._all_whole():
+        if not all(entry.sealed for entry in held):
             self._abort_open("it holds a write that was interrupted")
             return
         for entry in held:  # snapshot progress first (in memory): the record carries the state after these rows
@@ -395,40 +254,17 @@ class ExactlyOnceDelivery:
         committed = Committed(flush, self._position, self.snapshot_state())
         key, value = records.encode(self.slot, self.system_id, committed)
         self._emit(self.progress_topic, key, value, None)
-        producer = self.transport.producer
-        commit = partial(producer.commit_transaction, _COMMIT_TIMEOUT_S)
-        self._commit_run = _Commit(self._committer, commit, held, committed)
-        self._forget_open()
-
-    def _commit_finished(self, *, wait: bool = False) -> None:
-        """If the running commit ended (or, with ``wait``, once it has): finish what it held, or retry it here
-        (a failure rewinds or stops as ``_retrying`` says). Then what waited in the buffer is begun."""
-        commit = self._commit_run
-        if commit is None or (commit.running and not wait):
-            return
-        commit.wait()
-        self._retrying("commit a Kafka transaction", commit.again)
-        self._commit_succeeded(commit)
-        if self._held:
-            self._begin()
-
-    def _commit_succeeded(self, commit: _Commit) -> None:
-        self._commit_run = None
-        self._committed = commit.committed
+        self._retrying("commit a Kafka transaction", lambda: self.transport.producer.commit_transaction(1.0))
+        self._committed = committed
         self.kafka_transactions += 1
-        if commit.committed.snapshot is not None:
+        self._forget_open()
+        if committed.snapshot is not None:
             self.snapshot_committed()
-        progress = self._progress
-        assert progress is not None
-        for entry in commit.held:
+        for entry in held:
             progress.ack(entry)
 
-    def _all_whole(self) -> bool:
-        return self._whole and all(entry.sealed for entry in self._held)
-
     def _forget_open(self) -> None:
-        self._open_at, self._held, self._begun, self._whole = None, [], False, True
-        self._buffer, self._buffered = [], 0
+        self._open_at, self._held = None, []
 
     def _retrying(self, what: str, call: Callable[[], None]) -> None:
         """``call`` until it succeeds: retriable errors (Kafka away, a timeout) are retried with status updates

@@ -5,7 +5,6 @@ against a recording stand-in for confluent-kafka's Producer."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,7 +22,7 @@ from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
 from cdcd.sink import progress_topic as records
 from cdcd.sink.kafka import KafkaSink
 from cdcd.sink.registry import KafkaRegistry
-from cdcd.sink.transactional import COMMIT_POLL_S, ExactlyOnceDelivery
+from cdcd.sink.transactional import ExactlyOnceDelivery
 from cdcd.sink.transport import KafkaTransport
 from cdcd.snapshot.state import SnapshotState, StateError, TableProgress
 from tests.unit.test_shaping import REL, Registry, shaper, txn
@@ -173,10 +172,6 @@ def sink(
     return out, producer
 
 
-# A Kafka transaction begins with the last commit's record: the progress topic's partition joins it at once
-BEGUN = ["begin", "produce __cdcd-progress-cdcd"]
-
-
 def insert(key: int) -> RowChange:
     return RowChange("insert", REL, None, (str(key), "x"), False, None, 0x80, 10)
 
@@ -188,7 +183,7 @@ def test_nothing_is_confirmed_before_the_kafka_commit_which_carries_the_position
     out.write_transaction(txn(insert(2), commit_lsn=0x200), [insert(2)], progress)
     assert progress.flushed_lsn == 0
     assert progress.pending == 2
-    assert producer.names() == [*BEGUN, "produce cdcd.public.t", "produce cdcd.public.t"]
+    assert producer.names() == ["begin", "produce cdcd.public.t", "produce cdcd.public.t"]
     out.flush(1.0)
     assert producer.names()[-2:] == ["produce __cdcd-progress-cdcd", "commit"]
     _, (_, key, value) = producer.calls[-2]
@@ -211,7 +206,7 @@ def test_what_the_last_commit_covered_is_not_written_again() -> None:
     for lsn in (0x100, 0x200, 0x300):
         out.write_transaction(txn(insert(lsn), commit_lsn=lsn), changes(insert(lsn)), progress)
     assert len(seen) == 3  # every transaction's changes are still read (a snapshot window sees them)
-    assert producer.names() == [*BEGUN, "produce cdcd.public.t"]
+    assert producer.names() == ["begin", "produce cdcd.public.t"]
     assert progress.flushed_lsn == 0x208  # the skipped ones are finished; the written one waits for the commit
 
 
@@ -246,7 +241,7 @@ def test_an_abortable_commit_failure_aborts_and_rewinds_without_confirming() -> 
     assert producer.names()[-1] == "abort"
     assert progress.flushed_lsn == 0
     out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], Ledger())
-    assert producer.names()[-3:-1] == BEGUN  # a new Kafka transaction, after the abort
+    assert producer.names()[-2] == "begin"  # a new Kafka transaction, after the abort
 
 
 def test_a_fenced_producer_stops_with_a_message_naming_the_cause() -> None:
@@ -409,135 +404,3 @@ def test_only_a_fatal_epoch_error_of_the_client_stops_it() -> None:
     assert out.transport._failure is None
     out.transport.client_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
     assert "took over (fenced)" in str(out.transport._failure)
-
-
-# -- a commit running while the loop reads on ------------------------------------------------------------------
-
-
-class GatedProducer(Producer):
-    """A commit that takes as long as the test says (``gate``), as the broker's round trips do."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = threading.Event()
-
-    def commit_transaction(self, timeout: float) -> None:
-        assert self.gate.wait(10)
-        super().commit_transaction(timeout)
-
-
-def gated_sink(commit_interval_ms: int) -> tuple[KafkaSink, GatedProducer]:
-    out, _ = sink()
-    producer = GatedProducer()
-    out.transport.producer = producer  # type: ignore[assignment]
-    delivery = strategy(out)
-    delivery.options = delivery.options.model_copy(update={"commit_interval_ms": commit_interval_ms})
-    delivery._emit = out.transport.producing(None, None)
-    delivery._emit_many = out.transport.producing_many(None, None)
-    return out, producer
-
-
-def commit_running(out: KafkaSink, progress: Ledger) -> None:
-    """Write a transaction at 0x100 and let its Kafka transaction's commit start (it waits at the gate)."""
-    out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], progress)
-    time.sleep(0.002)  # the commit interval (1 ms) passed
-    out.poll()
-    assert out.wake_in() == COMMIT_POLL_S  # the loop looks for the commit's end while it reads on
-
-
-def until(done: Callable[[], bool], out: KafkaSink) -> None:
-    deadline = time.monotonic() + 10
-    while not done():
-        assert time.monotonic() < deadline, "never happened"
-        out.poll()
-        time.sleep(0.001)
-
-
-def test_what_arrives_during_a_commit_is_shaped_meanwhile_and_committed_next_without_a_further_interval() -> None:
-    out, producer = gated_sink(commit_interval_ms=1)
-    progress = Ledger()
-    commit_running(out, progress)
-    out.write_transaction(txn(insert(2), commit_lsn=0x200), [insert(2)], progress)
-    assert producer.names() == [*BEGUN, "produce cdcd.public.t", "produce __cdcd-progress-cdcd"]  # only buffered
-    assert progress.flushed_lsn == 0
-    producer.gate.set()
-    until(lambda: progress.flushed_lsn == 0x208, out)
-    # written 1 ms (an interval) or more before the first commit ended: committed as soon as it is produced
-    assert producer.names() == [*BEGUN, "produce cdcd.public.t", "produce __cdcd-progress-cdcd", "commit"] * 2
-    progress_records = [d[2] for name, d in producer.calls if name == "produce" and d[0] == "__cdcd-progress-cdcd"]
-    positions = [records.decode(value, "s", SYSTEM, "p").position for value in progress_records]
-    # each begins with the last commit's record; the first commit's does not claim what was buffered meanwhile
-    assert positions == [-1, 0x100, 0x100, 0x200]
-    assert progress.pending == 0
-
-
-def test_a_commit_that_fails_as_the_session_ends_confirms_neither_it_nor_what_was_buffered() -> None:
-    out, producer = gated_sink(commit_interval_ms=1)
-    progress = Ledger()
-    commit_running(out, progress)
-    out.write_transaction(txn(insert(2), commit_lsn=0x200), [insert(2)], progress)
-    producer.failures["commit"] = [KafkaError(KafkaError._TIMED_OUT, "broker away", retriable=True)]
-    producer.gate.set()
-    out.end_session(progress)  # e.g. the walsender's connection was lost meanwhile: never raises
-    assert progress.end_session() == 0
-    assert progress.pending == 0
-    assert progress.flushed_lsn == 0
-    assert producer.names()[-1] == "abort"
-    assert strategy(out).already_written() == -1  # nothing of it is skipped when the server sends it again
-    out.flush(1.0)
-    assert "commit" not in producer.names()
-
-
-def test_a_commit_that_succeeds_as_the_session_ends_is_confirmed_and_the_buffer_kept_for_the_stop() -> None:
-    out, producer = gated_sink(commit_interval_ms=1)
-    progress = Ledger()
-    commit_running(out, progress)
-    out.write_transaction(txn(insert(2), commit_lsn=0x200), [insert(2)], progress)
-    producer.gate.set()
-    out.end_session(progress)
-    assert progress.end_session() == 0
-    assert progress.flushed_lsn == 0x108
-    out.flush(1.0)  # a stop: what was buffered whole is committed
-    assert producer.names()[-5:] == [*BEGUN, "produce cdcd.public.t", "produce __cdcd-progress-cdcd", "commit"]
-    assert progress.flushed_lsn == 0x208
-
-
-def test_a_fenced_commit_stops_and_nothing_it_held_is_confirmed_afterwards() -> None:
-    out, producer = gated_sink(commit_interval_ms=1)
-    progress = Ledger()
-    producer.failures["commit"] = [KafkaError(KafkaError._FENCED, "fenced", fatal=True)]
-    commit_running(out, progress)
-    producer.gate.set()
-    with pytest.raises(SinkFailure, match="took over"):
-        until(lambda: False, out)
-    out.end_session(progress)
-    progress.end_session()
-    assert progress.flushed_lsn == 0
-    assert progress.pending == 0
-
-
-def test_an_interrupted_production_of_the_buffer_aborts_its_kafka_transaction() -> None:
-    out, producer = gated_sink(commit_interval_ms=1)
-    progress = Ledger()
-    commit_running(out, progress)
-    out.write_transaction(txn(insert(2), commit_lsn=0x200), [insert(2)], progress)
-    out.write_transaction(txn(insert(3), commit_lsn=0x300), [insert(3)], progress)
-
-    def stop_at_the_second(topic: str, *_: Any) -> None:
-        if sum(name == "produce" for name, _ in producer.calls) == 5:  # 3 + the second's first record and t
-            raise Interrupted  # a stop while waiting for room in the producer's queue
-        producer.calls.append(("produce", (topic, None, None)))
-
-    producer.produce = stop_at_the_second  # type: ignore[method-assign,assignment]
-    strategy(out)._emit = out.transport.producing(None, None)
-    strategy(out)._emit_many = out.transport.producing_many(None, None)
-    producer.gate.set()
-    with pytest.raises(Interrupted):
-        until(lambda: False, out)
-    assert progress.flushed_lsn == 0x108  # the first commit went through
-    out.end_session(progress)
-    progress.end_session()
-    assert producer.names()[-1] == "abort"  # both buffered transactions are sent again, not committed in part
-    out.flush(1.0)
-    assert progress.flushed_lsn == 0x108
-    assert progress.pending == 0
