@@ -172,6 +172,10 @@ def sink(
     return out, producer
 
 
+# A Kafka transaction begins with the last commit's record: the progress topic's partition joins it at once
+BEGUN = ["begin", "produce __cdcd-progress-cdcd"]
+
+
 def insert(key: int) -> RowChange:
     return RowChange("insert", REL, None, (str(key), "x"), False, None, 0x80, 10)
 
@@ -183,7 +187,9 @@ def test_nothing_is_confirmed_before_the_kafka_commit_which_carries_the_position
     out.write_transaction(txn(insert(2), commit_lsn=0x200), [insert(2)], progress)
     assert progress.flushed_lsn == 0
     assert progress.pending == 2
-    assert producer.names() == ["begin", "produce cdcd.public.t", "produce cdcd.public.t"]
+    assert producer.names() == [*BEGUN, "produce cdcd.public.t", "produce cdcd.public.t"]
+    _, (_, _, value) = producer.calls[1]
+    assert records.decode(value, "s", SYSTEM, "__cdcd-progress-cdcd") == Committed(0, -1, None)  # the last commit's
     out.flush(1.0)
     assert producer.names()[-2:] == ["produce __cdcd-progress-cdcd", "commit"]
     _, (_, key, value) = producer.calls[-2]
@@ -206,7 +212,7 @@ def test_what_the_last_commit_covered_is_not_written_again() -> None:
     for lsn in (0x100, 0x200, 0x300):
         out.write_transaction(txn(insert(lsn), commit_lsn=lsn), changes(insert(lsn)), progress)
     assert len(seen) == 3  # every transaction's changes are still read (a snapshot window sees them)
-    assert producer.names() == ["begin", "produce cdcd.public.t"]
+    assert producer.names() == [*BEGUN, "produce cdcd.public.t"]
     assert progress.flushed_lsn == 0x208  # the skipped ones are finished; the written one waits for the commit
 
 
@@ -241,7 +247,7 @@ def test_an_abortable_commit_failure_aborts_and_rewinds_without_confirming() -> 
     assert producer.names()[-1] == "abort"
     assert progress.flushed_lsn == 0
     out.write_transaction(txn(insert(1), commit_lsn=0x100), [insert(1)], Ledger())
-    assert producer.names()[-2] == "begin"  # a new Kafka transaction, after the abort
+    assert producer.names()[-3:-1] == BEGUN  # a new Kafka transaction, after the abort
 
 
 def test_a_fenced_producer_stops_with_a_message_naming_the_cause() -> None:
