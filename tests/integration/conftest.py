@@ -54,18 +54,23 @@ FULL_VERSIONS = os.environ.get("CDCD_TEST_PG_FULL", " ".join(VERSIONS)).split()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "every_pg: runs on every major of CDCD_TEST_PG_VERSIONS, not only the full ones")
+    config.addinivalue_line(
+        "markers", "full_pg_only: runs on the majors of CDCD_TEST_PG_FULL only, even in a module marked every_pg"
+    )
     config.addinivalue_line("markers", "alone: runs by itself after the others in make test (it stops Kafka...)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect ``pg``-parametrized tests on majors outside CDCD_TEST_PG_FULL unless marked every_pg."""
+    """Deselect ``pg``-parametrized tests on majors outside CDCD_TEST_PG_FULL unless marked every_pg (and not
+    full_pg_only)."""
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         version = callspec.params.get("pg") if callspec is not None else None
         partial = version is not None and str(version) not in FULL_VERSIONS
-        (drop if partial and item.get_closest_marker("every_pg") is None else keep).append(item)
+        every = item.get_closest_marker("every_pg") is not None and item.get_closest_marker("full_pg_only") is None
+        (drop if partial and not every else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
