@@ -58,11 +58,13 @@ demo: venv
 	$(STACK) up all
 	$(BIN)/python deploy/local/demo.py
 
+# cargo test in the dev profile: overflow checks and debug assertions on, and none of the release profile's fat LTO
+# (53 against 32 CPU-s from cold, 214 against 57 s under load); the release build is what tests/unit checks.
 lint: venv
 	$(BIN)/ruff check cdcd tests benchmarks deploy
 	$(BIN)/ruff format --check cdcd tests benchmarks deploy
 	$(BIN)/mypy
-	cd native && cargo fmt --check && cargo clippy --release --locked -- -D warnings && cargo test --release --locked
+	cd native && cargo fmt --check && cargo clippy --release --locked -- -D warnings && cargo test --locked
 
 unit: venv
 	$(BIN)/pytest tests/unit -q
