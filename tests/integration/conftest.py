@@ -48,24 +48,31 @@ FULL_VERSIONS = os.environ.get("CDCD_TEST_PG_FULL", " ".join(VERSIONS)).split()
 
 # `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). A module whose tests use a service no
 # other test touches (toxiproxy's proxies, the pg-ha pair, one Spark session per worker) marks them with an
-# xdist_group: they run on one worker, one after the other. The tests marked `alone` run by themselves after the
-# others: they stop Kafka, or count on the machine's sockets and time (the metrics port's 100 idle clients).
+# xdist_group: they run on one worker, one after the other. The tests marked `alone` run with no other integration
+# test: they stop Kafka (also marked `stops_kafka`: `make test` runs those beside the unit tests, which use no
+# service), or count on the machine's sockets and time (the metrics port's 100 idle clients: after the others).
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "every_pg: runs on every major of CDCD_TEST_PG_VERSIONS, not only the full ones")
-    config.addinivalue_line("markers", "alone: runs by itself after the others in make test (it stops Kafka...)")
+    config.addinivalue_line(
+        "markers", "full_pg_only: runs on the majors of CDCD_TEST_PG_FULL only, even in a module marked every_pg"
+    )
+    config.addinivalue_line("markers", "alone: runs with no other integration test in make test (it stops Kafka...)")
+    config.addinivalue_line("markers", "stops_kafka: stops the stack's Kafka (make test runs it beside the unit tests)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect ``pg``-parametrized tests on majors outside CDCD_TEST_PG_FULL unless marked every_pg."""
+    """Deselect ``pg``-parametrized tests on majors outside CDCD_TEST_PG_FULL unless marked every_pg (and not
+    full_pg_only)."""
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         version = callspec.params.get("pg") if callspec is not None else None
         partial = version is not None and str(version) not in FULL_VERSIONS
-        (drop if partial and item.get_closest_marker("every_pg") is None else keep).append(item)
+        every = item.get_closest_marker("every_pg") is not None and item.get_closest_marker("full_pg_only") is None
+        (drop if partial and not every else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -273,7 +273,8 @@ def _after(event: Event) -> dict[str, Any]:
 
 # stopped: a controlled shutdown (TERM); crashed: TERM and KILL at once, so the broker recovers its logs when it
 # comes back and answers before every partition has a leader again.
-@pytest.mark.alone  # stops Kafka
+@pytest.mark.alone
+@pytest.mark.stops_kafka
 @pytest.mark.parametrize("stop_timeout", ["60", "0"], ids=["stopped", "crashed"])
 def test_kafka_away_for_30s_inside_a_kafka_transaction_still_exactly_once(run15: Run, stop_timeout: str) -> None:
     run, db = run15, run15.db

@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 
-from cdcd.spark.job import BatchWriter, Options, session, start
+from cdcd.spark.job import LOCAL_CONF, BatchWriter, Options, session, start
 from tests.integration.conftest import STACK, Database, PgServer
 from tests.integration.kafka_harness import Run, scratch_run
 from tests.procs import spawn
@@ -49,10 +49,17 @@ def env15(kafka_env: dict[str, str]) -> dict[str, str]:
     return kafka_env
 
 
+# The tests' JVMs compile with C1 only: each runs a few small micro-batches, all warm-up, which C2's compiling
+# (threads of their own, on a machine of two cores) slows. Nothing the tests check depends on it.
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+DRIVER_JAVA_OPTIONS = f"{LOCAL_CONF['spark.driver.extraJavaOptions']} {QUICK_JIT}"  # the job's own, and C1
+
+
 @pytest.fixture(scope="session")
 def spark(env15: dict[str, str]) -> Iterator[SparkSession]:
     """One local session for every Spark test module (test_spark_cluster's gets this one back from getOrCreate)."""
-    s = session("local[2]", env15["CDCD_SPARK_JARS"], {"spark.ui.enabled": "false"})
+    conf = {"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS}
+    s = session("local[2]", env15["CDCD_SPARK_JARS"], conf)
     s.sparkContext.setLogLevel("WARN")
     yield s
     s.stop()
@@ -219,7 +226,8 @@ def test_mirror_equals_source_across_restarts(spark: SparkSession, run15: Run, t
     args = ["--topic-prefix", run15.prefix, "--bootstrap-servers", opts.bootstrap_servers,
             "--registry-url", opts.registry_url, "--checkpoint", opts.checkpoint, "--mirror", str(opts.mirror),
             "--changelog", str(opts.changelog), "--key", "public.audit=id", "--max-offsets-per-trigger", "100",
-            "--trigger-interval", "0 seconds", "--jars-dir", run15.env["CDCD_SPARK_JARS"]]  # fmt: skip
+            "--trigger-interval", "0 seconds", "--jars-dir", run15.env["CDCD_SPARK_JARS"],
+            "--conf", f"spark.driver.extraJavaOptions={DRIVER_JAVA_OPTIONS}"]  # fmt: skip
     with log.open("wb") as out:
         proc = spawn([sys.executable, "-m", "cdcd.spark", *args], stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -29,9 +29,7 @@ env15, spark, run15 = test_spark.env15, test_spark.spark, test_spark.run15
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 LOOPBACK = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}  # executors connect to it
-# The job's JVMs (each driver, its executor) compile with C1 only: their micro-batch or two is all warm-up, which
-# C2's compiling slows. Nothing the test checks depends on it.
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
+QUICK_JIT = test_spark.QUICK_JIT  # the job's JVMs (each driver, its executor): C1 only
 
 
 @pytest.fixture(scope="module")
