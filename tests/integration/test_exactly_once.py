@@ -24,6 +24,7 @@ from tests.integration.conftest import STACK, Database, cdcd_env, close_bounded
 from tests.integration.kafka_harness import Event, Run, read_partitions
 from tests.integration.test_avroread import read_topics
 from tests.integration.test_kafka import expected_events, observed
+from tests.integration.test_snapshot import BIG, start_quietly, topic, wait_log, wait_until
 from tests.integration.workload import Change, Model, Txn
 
 SCHEMA = """
@@ -350,3 +351,38 @@ def wait_for(condition: Callable[[], bool], what: str = "condition", timeout: fl
     while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.2)
+
+
+def test_kill_9_during_an_exactly_once_parallel_initial_snapshot_leaves_each_row_once(run15: Run) -> None:
+    """Exactly-once with two connections: a key range's progress is saved once the Kafka transaction holding its
+    rows committed, so after kill -9 the unfinished ranges go on from keys whose rows a read_committed consumer
+    has, and it finds every row of the table exactly once (the rows of the aborted transaction it never sees)."""
+    run, db = run15, run15.db
+    rows = 150_000
+    db.execute(BIG.replace("ROWS", str(rows)) + "ANALYZE big; CREATE PUBLICATION cdcd_pub FOR TABLE big")
+    state_file = run.tmp_path / "state" / f"{run.slot}.snapshot.json"
+    config = {"snapshot": {"state_dir": str(run.tmp_path / "state"), "chunk_size": 500, "parallelism": 2}}
+    kafka: dict[str, Any] = {"delivery": "exactly_once", "exactly_once": {"commit_interval_ms": 30}}
+
+    def ranges_saved() -> bool:
+        try:
+            queue = json.loads(state_file.read_text())["queue"]
+        except (FileNotFoundError, ValueError):
+            return False
+        return bool(queue) and any(p["last_key"] for p in queue)
+
+    thread = threading.Thread(target=lambda: start_quietly(run, config, **kafka), daemon=True)
+    thread.start()
+    wait_until(ranges_saved, "no progress of the snapshot's key ranges was ever saved")
+    assert run.proc is not None
+    run.proc.send_signal(signal.SIGKILL)
+    run.proc.wait()
+    thread.join()
+    assert json.loads(state_file.read_text())["queue"], "the snapshot finished before it could be killed"
+    run.start(extra=config, **kafka)
+    wait_log(run, "table snapshot finished", timeout=300)
+    run.wait_confirmed(300)
+    committed = [e.value for e in run.read_to_end("read_committed", timeout=300) if e.topic == topic(run)]
+    counts = Counter(v["after"]["id"] for v in committed if v and v["op"] == "r")
+    assert sorted(counts) == list(range(1, rows + 1))  # nothing lost
+    assert [k for k, n in counts.items() if n > 1] == []  # nothing twice

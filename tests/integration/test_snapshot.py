@@ -296,7 +296,7 @@ def test_kill_9_during_the_initial_snapshot_resumes_after_the_last_saved_chunk(r
 
     writer = Writer(db.dsn(), rows)
     writer.start()
-    thread = threading.Thread(target=lambda: _start_quietly(run, config), daemon=True)
+    thread = threading.Thread(target=lambda: start_quietly(run, config), daemon=True)
     thread.start()
     wait_until(lambda: (saved_key() or 0) >= 20_000, "the snapshot never saved a chunk")
     assert run.proc is not None
@@ -389,7 +389,7 @@ def test_kill_9_during_a_parallel_initial_snapshot_rereads_only_the_unfinished_r
 
     writer = Writer(db.dsn(), rows)
     writer.start()
-    thread = threading.Thread(target=lambda: _start_quietly(run, config), daemon=True)
+    thread = threading.Thread(target=lambda: start_quietly(run, config), daemon=True)
     thread.start()
     wait_until(some_ranges_finished, "no key range of the snapshot was ever finished")
     assert run.proc is not None
@@ -421,10 +421,10 @@ def test_kill_9_during_a_parallel_initial_snapshot_rereads_only_the_unfinished_r
     assert "initial snapshot was interrupted: continuing it incrementally" in run.log.read_text()
 
 
-def _start_quietly(run: Run, config: dict[str, Any]) -> None:
+def start_quietly(run: Run, config: dict[str, Any], **kafka: Any) -> None:
     """run.start waits for streaming and fails if the process dies: here it is killed on purpose."""
     with contextlib.suppress(AssertionError):
-        run.start(extra=config)
+        run.start(extra=config, **kafka)
 
 
 def wait_until(condition: Callable[[], bool], failure: str, timeout: float = 120) -> None:
