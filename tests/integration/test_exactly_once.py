@@ -24,7 +24,7 @@ from tests.integration.conftest import STACK, Database, cdcd_env, close_bounded
 from tests.integration.kafka_harness import Event, Run, read_partitions
 from tests.integration.test_avroread import read_topics
 from tests.integration.test_kafka import expected_events, observed
-from tests.integration.test_snapshot import BIG, start_quietly, topic, wait_log, wait_until
+from tests.integration.test_snapshot import BIG, start_then_kill, topic, wait_log
 from tests.integration.workload import Change, Model, Txn
 
 SCHEMA = """
@@ -371,13 +371,7 @@ def test_kill_9_during_an_exactly_once_parallel_initial_snapshot_leaves_each_row
             return False
         return bool(queue) and any(p["last_key"] for p in queue)
 
-    thread = threading.Thread(target=lambda: start_quietly(run, config, **kafka), daemon=True)
-    thread.start()
-    wait_until(ranges_saved, "no progress of the snapshot's key ranges was ever saved")
-    assert run.proc is not None
-    run.proc.send_signal(signal.SIGKILL)
-    run.proc.wait()
-    thread.join()
+    start_then_kill(run, config, ranges_saved, "no progress of the snapshot's key ranges was ever saved", **kafka)
     assert json.loads(state_file.read_text())["queue"], "the snapshot finished before it could be killed"
     run.start(extra=config, **kafka)
     wait_log(run, "table snapshot finished", timeout=300)

@@ -296,13 +296,7 @@ def test_kill_9_during_the_initial_snapshot_resumes_after_the_last_saved_chunk(r
 
     writer = Writer(db.dsn(), rows)
     writer.start()
-    thread = threading.Thread(target=lambda: start_quietly(run, config), daemon=True)
-    thread.start()
-    wait_until(lambda: (saved_key() or 0) >= 20_000, "the snapshot never saved a chunk")
-    assert run.proc is not None
-    run.proc.send_signal(signal.SIGKILL)
-    run.proc.wait()
-    thread.join()
+    start_then_kill(run, config, lambda: (saved_key() or 0) >= 20_000, "the snapshot never saved a chunk")
     killed_at = saved_key()
     assert killed_at is not None
     assert killed_at < rows, "the snapshot finished before it could be killed"
@@ -389,13 +383,7 @@ def test_kill_9_during_a_parallel_initial_snapshot_rereads_only_the_unfinished_r
 
     writer = Writer(db.dsn(), rows)
     writer.start()
-    thread = threading.Thread(target=lambda: start_quietly(run, config), daemon=True)
-    thread.start()
-    wait_until(some_ranges_finished, "no key range of the snapshot was ever finished")
-    assert run.proc is not None
-    run.proc.send_signal(signal.SIGKILL)
-    run.proc.wait()
-    thread.join()
+    start_then_kill(run, config, some_ranges_finished, "no key range of the snapshot was ever finished")
     unfinished = {_key_range(p["key_range"]): p["last_key"] for p in saved_queue()}
     assert 1 <= len(unfinished) <= 6, "the snapshot finished before it could be killed"
     run.start(extra=config)
@@ -419,6 +407,17 @@ def test_kill_9_during_a_parallel_initial_snapshot_rereads_only_the_unfinished_r
     twice = [k for k, n in seen.items() if n > 1]
     assert all(unfinished_after_saved_key(k) for k in twice)  # at least once, only where nothing was saved
     assert "initial snapshot was interrupted: continuing it incrementally" in run.log.read_text()
+
+
+def start_then_kill(run: Run, config: dict[str, Any], ready: Callable[[], bool], failure: str, **kafka: Any) -> None:
+    """Start cdcd with ``config`` and kill it with SIGKILL as soon as ``ready`` (``failure``: if it never is)."""
+    thread = threading.Thread(target=lambda: start_quietly(run, config, **kafka), daemon=True)
+    thread.start()
+    wait_until(ready, failure)
+    assert run.proc is not None
+    run.proc.send_signal(signal.SIGKILL)
+    run.proc.wait()
+    thread.join()
 
 
 def start_quietly(run: Run, config: dict[str, Any], **kafka: Any) -> None:
