@@ -22,7 +22,7 @@ from tests.integration.test_snapshot import BIG, cdcd_snapshot, wait_log, wait_u
 
 pytestmark = pytest.mark.integration
 
-ROWS = 200_000
+ROWS = 600_000  # read in ~3 s on an idle machine: time for `cdcd status` (a process of its own) to ask meanwhile
 BIG_TABLE = ("table", "public.big")
 
 
@@ -47,7 +47,7 @@ def ask_both(base: str) -> tuple[subprocess.CompletedProcess[str], subprocess.Co
 
 class Sampler(threading.Thread):
     """Scrapes cdcd_snapshot_rows of public.big until stopped, and asks `cdcd status` once while the table is
-    being read."""
+    being read (on a thread of its own: the scraping goes on meanwhile)."""
 
     def __init__(self, base: str) -> None:
         super().__init__(daemon=True)
@@ -55,6 +55,10 @@ class Sampler(threading.Thread):
         self.rows: list[float] = []
         self.halt = threading.Event()
         self.during: tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]] | None = None
+        self.asking: threading.Thread | None = None
+
+    def ask(self) -> None:
+        self.during = ask_both(self.base)
 
     def run(self) -> None:
         while not self.halt.is_set():
@@ -62,9 +66,12 @@ class Sampler(threading.Thread):
             rows = got.get(("cdcd_snapshot_rows", (BIG_TABLE,)))
             if rows is not None:
                 self.rows.append(rows)
-                if self.during is None and 0 < rows < ROWS / 2:
-                    self.during = ask_both(self.base)
+                if self.asking is None and 0 < rows < ROWS / 2:
+                    self.asking = threading.Thread(target=self.ask, daemon=True)
+                    self.asking.start()
             time.sleep(0.05)
+        if self.asking is not None:
+            self.asking.join(timeout=120)
 
 
 def progress_lines(run: Run, kind: str) -> list[dict[str, Any]]:
