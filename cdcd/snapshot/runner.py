@@ -250,6 +250,7 @@ class Snapshotter:
         """Read every queued initial table in the exported snapshot and hand the rows to the sink.
         ``poll`` is called between chunks (sink delivery, heartbeats)."""
         self.reader.use_exported(snapshot_name)
+        self._drop_absent()
         start = time.monotonic()
         if self.notices is not None:
             self.notices.initial(self.initial_id, "STARTED")
@@ -265,6 +266,16 @@ class Snapshotter:
             rows_per_s=round(total / seconds) if seconds else None,
             connections=1 if self.parallel is None else self.parallel.connections,
         )
+
+    def _drop_absent(self) -> None:
+        """Initial tables the exported snapshot does not hold leave the queue: created after its consistent point
+        (published from their creation, as a schema's tables are), all their rows come from the stream."""
+        for item in [p for p in self.state.queue if p.kind == "initial"]:
+            try:
+                self.reader.describe(item.table)
+            except LookupError:  # the reader's TableGone
+                log.info("table not in the exported snapshot: its rows come from the stream", table=item.table)
+                self.state.queue.remove(item)
 
     def _start_initial(self, item: TableProgress) -> tuple[Table, str | None]:
         """An initial table about to be read: described (its types learnt), its condition, its start announced."""

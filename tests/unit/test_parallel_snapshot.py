@@ -340,3 +340,25 @@ def test_key_ranges_are_saved_as_their_own_entries_with_the_tables_group(tmp_pat
     assert loaded.queue[0].snapshot == "g"
     old = SnapshotState.from_json({"slot": "slot", "queue": [{"table": "public.t", "kind": "initial"}]})
     assert old.queue[0].key_range is None  # a state file from before key ranges
+
+
+class AbsentTable(FakeConnection):
+    """The exported snapshot does not hold ``public.late`` (created after its consistent point)."""
+
+    def describe(self, name: str) -> FakeTable:
+        if name == "public.late":
+            raise LookupError(f"table {name} does not exist")  # as the reader's TableGone
+        return super().describe(name)
+
+
+def test_an_initial_table_the_exported_snapshot_does_not_hold_leaves_the_queue(tmp_path: Path) -> None:
+    """A table published after the slot's consistent point (a schema's new table) has no rows in the snapshot:
+    all of them come from the stream. It left the queue; without that, every restart stopped on it again."""
+    tables = {"public.small": 5, "public.late": 3}
+    store = StateStore(tmp_path, "slot")
+    store.save(_fresh(tables))
+    sink = HoldingSink()
+    snapshotter = Snapshotter(AbsentTable(tables), sink, Ledger(), store, _fresh(tables), FilterPlan([]), 10, {})
+    snapshotter.run_initial("snap-1", lambda: None)
+    assert sorted(sink.ids()) == list(range(5))
+    assert snapshotter.state.queue == []
