@@ -268,7 +268,6 @@ class EventShaper:
         now_us = self.clock_us()
         plan = self.plans.get(batch.relation)
         wire = plan.wire or self.wire(plan)
-        encode, encode_key = wire.encoder.encode_value, wire.encoder.encode_key
         key_header, value_header, lsn, topic = wire.key_header, wire.value_header, batch.lsn, wire.topic
         source = SourceInfo(
             version=__version__, db=self.database, ts_us=batch.ts_us, snapshot=batch.marker, commit_lsn=lsn
@@ -283,8 +282,7 @@ class EventShaper:
                     break
             marker = batch.row_marker(i)
             marked = source if marker == batch.marker else replace(source, snapshot=marker)
-            key = None if key_header is None else key_header + encode_key(rows[i])
-            emit(topic, key, value_header + encode("r", None, rows[i], marked, lsn, now_us), None)
+            emit(*snapshot_record(wire, rows[i], marked, lsn, now_us), None)
             i += 1
         self.events[plan.table, "r"] += len(rows)
 

@@ -250,7 +250,6 @@ class Snapshotter:
         """Read every queued initial table in the exported snapshot and hand the rows to the sink.
         ``poll`` is called between chunks (sink delivery, heartbeats)."""
         self.reader.use_exported(snapshot_name)
-        self._drop_absent()
         start = time.monotonic()
         if self.notices is not None:
             self.notices.initial(self.initial_id, "STARTED")
@@ -267,19 +266,16 @@ class Snapshotter:
             connections=1 if self.parallel is None else self.parallel.connections,
         )
 
-    def _drop_absent(self) -> None:
-        """Initial tables the exported snapshot does not hold leave the queue: created after its consistent point
-        (published from their creation, as a schema's tables are), all their rows come from the stream."""
-        for item in [p for p in self.state.queue if p.kind == "initial"]:
-            try:
-                self.reader.describe(item.table)
-            except LookupError:  # the reader's TableGone
-                log.info("table not in the exported snapshot: its rows come from the stream", table=item.table)
-                self.state.queue.remove(item)
-
-    def _start_initial(self, item: TableProgress) -> tuple[Table, str | None]:
-        """An initial table about to be read: described (its types learnt), its condition, its start announced."""
-        table = self.reader.describe(item.table)
+    def _start_initial(self, item: TableProgress) -> tuple[Table, str | None] | None:
+        """An initial table about to be read: described (its types learnt), its condition, its start announced.
+        None for a table the exported snapshot does not hold: created after its consistent point (published from
+        its creation, as a schema's tables are), all its rows come from the stream; it leaves the queue."""
+        try:
+            table = self.reader.describe(item.table)
+        except LookupError:  # the reader's TableGone
+            log.info("table not in the exported snapshot: its rows come from the stream", table=item.table)
+            self.state.queue.remove(item)
+            return None
         self._learn(table)
         condition = self.condition(item, table)
         self._begin(item, table, condition, item.last_key)
@@ -294,7 +290,9 @@ class Snapshotter:
         first = True
         total = 0
         for item in [p for p in self.state.queue if p.kind == "initial"]:
-            table, condition = self._start_initial(item)
+            if (started := self._start_initial(item)) is None:
+                continue
+            table, condition = started
             for rows, final in _chunks(self.reader.rows(table, condition, item.last_key), self.chunk_size):
                 if held is not None:
                     self._write_initial(*held, lsn, first=first, last=False, final=held[0] is not item)
@@ -363,7 +361,9 @@ class Snapshotter:
         tables: dict[int, TableProgress] = {}
         lsn = self.state.consistent_point or 0
         for item in [p for p in self.state.queue if p.kind == "initial"]:
-            table, condition = self._start_initial(item)
+            if (started := self._start_initial(item)) is None:
+                continue
+            table, condition = started
             encode = None if parallel.encoder is None else parallel.encoder(table.relation, lsn)
             meter = self.meters.tables.get(item.table)
             count = parts_for(meter.estimated if meter is not None else None, self.chunk_size, parallel.connections)

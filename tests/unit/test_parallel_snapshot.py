@@ -351,14 +351,18 @@ class AbsentTable(FakeConnection):
         return super().describe(name)
 
 
-def test_an_initial_table_the_exported_snapshot_does_not_hold_leaves_the_queue(tmp_path: Path) -> None:
+@pytest.mark.parametrize("connections", [1, 2])
+def test_an_initial_table_the_exported_snapshot_does_not_hold_leaves_the_queue(
+    tmp_path: Path, connections: int
+) -> None:
     """A table published after the slot's consistent point (a schema's new table) has no rows in the snapshot:
     all of them come from the stream. It left the queue; without that, every restart stopped on it again."""
     tables = {"public.small": 5, "public.late": 3}
     store = StateStore(tmp_path, "slot")
     store.save(_fresh(tables))
-    sink = HoldingSink()
-    snapshotter = Snapshotter(AbsentTable(tables), sink, Ledger(), store, _fresh(tables), FilterPlan([]), 10, {})
+    sink, main = HoldingSink(), AbsentTable(tables)
+    parallel = Parallel(connections, lambda: AbsentTable(tables), main.split) if connections > 1 else None
+    snapshotter = Snapshotter(main, sink, Ledger(), store, _fresh(tables), FilterPlan([]), 10, {}, parallel=parallel)
     snapshotter.run_initial("snap-1", lambda: None)
     assert sorted(sink.ids()) == list(range(5))
     assert snapshotter.state.queue == []
