@@ -124,11 +124,30 @@ impl RowWriter {
         let Ok(text) = s.to_str() else {
             return false;
         };
+        Self::write_masked_text(mask, text, branch, out);
+        true
+    }
+
+    /// A masked value's bytes (``branch``: after the union's non-null branch when the field is nullable).
+    fn write_masked_text(mask: &Mask, text: &str, branch: bool, out: &mut Vec<u8>) {
+        if matches!(mask, Mask::Null) {
+            out.push(0);
+            return;
+        }
         if branch {
             out.push(2);
         }
         mask.write(text, out);
-        true
+    }
+
+    /// The union branch a present value of ``field`` starts with: the non-null one of a nullable field, the
+    /// array one of a Key's [array, string].
+    fn write_branch(&self, field: &Field, out: &mut Vec<u8>) {
+        if self.nullable && field.default.is_none() {
+            out.push(2);
+        } else if matches!(field.kind, Kind::Array(_)) {
+            out.push(0);
+        }
     }
 
     /// Append the record of a row of text values (None: NULL), as `write` does for a tuple of those `str`s,
@@ -139,7 +158,6 @@ impl RowWriter {
             return false;
         }
         for field in &self.fields {
-            let branch = self.nullable && field.default.is_none();
             let Some(text) = &row[field.index] else {
                 match &field.default {
                     Some(default) => out.extend_from_slice(default),
@@ -149,21 +167,10 @@ impl RowWriter {
                 continue;
             };
             if let Some(mask) = &field.mask {
-                if matches!(mask, Mask::Null) {
-                    out.push(0);
-                } else {
-                    if branch {
-                        out.push(2);
-                    }
-                    mask.write(text, out);
-                }
+                Self::write_masked_text(mask, text, self.nullable && field.default.is_none(), out);
                 continue;
             }
-            if branch {
-                out.push(2);
-            } else if matches!(field.kind, Kind::Array(_)) {
-                out.push(0); // the array branch of a Key's [array, string]
-            }
+            self.write_branch(field, out);
             if !convert::text(field.kind, text, out) {
                 return false;
             }
@@ -208,11 +215,7 @@ impl RowWriter {
                 }
             }
             let mark = out.len();
-            if self.nullable && field.default.is_none() {
-                out.push(2);
-            } else if matches!(field.kind, Kind::Array(_)) {
-                out.push(0); // the array branch of a Key's [array, string]
-            }
+            self.write_branch(field, out);
             let done = if let Ok(s) = value.cast_exact::<PyString>() {
                 // a str with lone surrogates has no UTF-8 form: the reference raises for it
                 s.to_str().is_ok_and(|s| convert::text(field.kind, s, out))
