@@ -264,13 +264,17 @@ class KafkaTransport:
         if lane == 0:
             return self._whole()
         if self._second_bulk is None:
-            self._second_bulk = self.make_producer({"delivery.report.only.error": True, "on_delivery": self._report})
+            self._second_bulk = self._failures_only()
         return self._second_bulk
 
     def _whole(self) -> Producer:
         if self._whole_producer is None:
-            self._whole_producer = self.make_producer({"delivery.report.only.error": True, "on_delivery": self._report})
+            self._whole_producer = self._failures_only()
         return self._whole_producer
+
+    def _failures_only(self) -> Producer:
+        """A producer that reports failed deliveries only (no Python call per acknowledged message)."""
+        return self.make_producer({"delivery.report.only.error": True, "on_delivery": self._report})
 
     def _report(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
