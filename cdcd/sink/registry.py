@@ -6,7 +6,6 @@ refusal stops cdcd (``SinkFailure``): nothing after it was confirmed."""
 from __future__ import annotations
 
 import json
-import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
@@ -31,7 +30,22 @@ _REGISTRY_RETRY_PAUSE_S = 1.0
 # the same request then answers with the winner's id. A compatibility refusal answers the same every time.
 _CONFLICT_ATTEMPTS = 4
 _CONFLICT_PAUSE_S = 0.25
-_TOPIC_DEADLINE_S = 60
+# A topic's creation is asked for again this often while Kafka is away; one request waits at most _TOPIC_REQUEST_S.
+_TOPIC_RETRY_PAUSE_S = 1.0
+_TOPIC_OPERATION_S = 10.0
+_TOPIC_REQUEST_S = 15.0
+# Admin errors that mean Kafka is away or not ready, not a refusal (librdkafka marks few of them retriable).
+_KAFKA_AWAY = frozenset(
+    {
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_CONTROLLER,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
 
 
 class Waiting(Protocol):
@@ -142,23 +156,33 @@ class KafkaRegistry:
         self._topics.add(topic)
 
     def create_topic(self, topic: str, partitions: int, config: dict[str, str]) -> None:
-        """Create ``topic`` unless it exists."""
+        """Create ``topic`` unless it exists. While Kafka is away (a broker restarting, no controller yet) the
+        request is made again each second, status updates going on, for as long as a record would wait for it; a
+        refusal (authorization, an invalid setting) stops cdcd."""
         new = NewTopic(
             topic, num_partitions=partitions, replication_factor=self.settings.replication_factor, config=config
         )
-        future = self.admin.create_topics([new], operation_timeout=30)[topic]
-        deadline = time.monotonic() + _TOPIC_DEADLINE_S
+        logged_at = None
+        while (error := self._create(new)) is not None:
+            if not (error.retriable() or error.code() in _KAFKA_AWAY):
+                raise SinkFailure(f"cannot create topic {topic}: {error.str()}")
+            logged_at = log_wait("Kafka", f"create topic {topic}", error.str(), logged_at)
+            self.waiting.wait(_TOPIC_RETRY_PAUSE_S)
+
+    def _create(self, new: NewTopic) -> KafkaError | None:
+        """One request to create ``new``: None once the topic exists (made now or before), else the error."""
+        future = self.admin.create_topics(
+            [new], operation_timeout=_TOPIC_OPERATION_S, request_timeout=_TOPIC_REQUEST_S
+        )[new.topic]
         while True:
             try:
                 future.result(timeout=0.5)
-                log.info("topic created", topic=topic, partitions=partitions)
-                return
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise SinkFailure(f"cannot create topic {topic}: {exc.args[0].str()}") from None
-                return
+                error: KafkaError = exc.args[0]
+                return None if error.code() == KafkaError.TOPIC_ALREADY_EXISTS else error
             except TimeoutError:  # meanwhile: client errors (authentication, TLS) and status updates
                 self.admin.poll(0)
                 self.waiting.wait(0)
-                if time.monotonic() > deadline:
-                    raise SinkFailure(f"cannot create topic {topic}: Kafka did not answer within 60 s") from None
+                continue
+            log.info("topic created", topic=new.topic, partitions=new.num_partitions)
+            return None

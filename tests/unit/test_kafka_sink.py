@@ -3,14 +3,16 @@ registration does when the registry refuses or is away, and how the lane's shape
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import structlog
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from cdcd.batches import Shaped
@@ -73,6 +75,7 @@ def at_least_once(kafka: KafkaSettings) -> KafkaSink:
 def sink(monkeypatch: pytest.MonkeyPatch) -> KafkaSink:
     monkeypatch.setattr(sink_registry, "_REGISTRY_RETRY_PAUSE_S", 0.0)
     monkeypatch.setattr(sink_registry, "_CONFLICT_PAUSE_S", 0.0)
+    monkeypatch.setattr(sink_registry, "_TOPIC_RETRY_PAUSE_S", 0.0)
     return at_least_once(KafkaSettings(bootstrap_servers="127.0.0.1:9", producer={"log_level": 0}))
 
 
@@ -113,6 +116,65 @@ def test_a_lost_race_to_create_a_subject_gets_the_winners_id(sink: KafkaSink) ->
     exists = SchemaRegistryError(409, 409, "An artifact with ID 't-value' in group 'null' already exists.")
     sink.topics.registry = Answers(exists, 5)  # type: ignore[assignment]
     assert sink.topics.schema_id("t-value", SCHEMA) == 5
+
+
+class Admin:
+    """An admin client whose create_topics answers from a list: a KafkaError code to fail with, ``None`` for
+    success, or ``"pending"`` for a request that has not finished when its result is first asked for."""
+
+    def __init__(self, *answers: int | str | None) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    def create_topics(self, new: list[Any], **timeouts: float) -> dict[str, concurrent.futures.Future[None]]:
+        assert timeouts["request_timeout"] >= timeouts["operation_timeout"]
+        self.calls += 1
+        answer = self.answers.pop(0)
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if answer == "pending":
+            threading.Timer(0.7, future.set_result, [None]).start()
+        elif isinstance(answer, int):
+            future.set_exception(KafkaException(KafkaError(answer)))
+        else:
+            future.set_result(None)
+        return {new[0].topic: future}
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_a_topic_is_created_once_kafka_is_back(sink: KafkaSink) -> None:
+    """Kafka away or restarting while a new table's topic is created (found by CI: cdcd stopped after 60 s): the
+    request is made again, status updates going on, for as long as Kafka is away."""
+    away = [KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT]
+    sink.topics.admin = Admin(*away, "pending")  # type: ignore[assignment]
+    beats: list[int] = []
+    sink.transport.keep_alive = lambda: beats.append(1)
+    with structlog.testing.capture_logs() as logs:
+        sink.topics.ensure_topic("p.public.t")
+    assert sink.topics.admin.calls == 5  # type: ignore[attr-defined]
+    assert len(beats) >= 5
+    waits = [e for e in logs if e["event"] == "waiting for Kafka"]
+    assert [e["to"] for e in waits] == ["create topic p.public.t"]  # logged once per 30 s
+    assert [e["topic"] for e in logs if e["event"] == "topic created"] == ["p.public.t"]
+    sink.topics.ensure_topic("p.public.t")
+    assert sink.topics.admin.calls == 5  # type: ignore[attr-defined]
+
+
+def test_a_topic_that_exists_is_not_waited_for(sink: KafkaSink) -> None:
+    sink.topics.admin = Admin(KafkaError.TOPIC_ALREADY_EXISTS)  # type: ignore[assignment]
+    sink.topics.ensure_topic("p.public.t")
+    assert sink.topics.admin.calls == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "refusal", [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.POLICY_VIOLATION, KafkaError.INVALID_CONFIG]
+)
+def test_a_refused_topic_stops_and_names_it(sink: KafkaSink, refusal: int) -> None:
+    sink.topics.admin = Admin(refusal)  # type: ignore[assignment]
+    with pytest.raises(SinkFailure, match=r"cannot create topic p\.public\.t: "):
+        sink.topics.ensure_topic("p.public.t")
+    assert sink.topics.admin.calls == 1  # type: ignore[attr-defined]
 
 
 class Queue:
