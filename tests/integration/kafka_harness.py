@@ -185,7 +185,7 @@ class Run:
         deadline = time.monotonic() + timeout
         check = True
         while not (check and done(self.events)):
-            assert time.monotonic() < deadline, f"timed out with {len(self.events)} events"
+            assert time.monotonic() < deadline, self._stalled(f"timed out with {len(self.events)} events")
             message = self.consumer.poll(0.5)
             # `done` looks at every event: ask it when the topics are drained for now, or every 2000 events.
             check = message is None or len(self.events) % 2000 == 0
@@ -200,6 +200,16 @@ class Run:
             self.events.append(event)
             self.positions[event.topic, event.partition] = event.offset + 1
         return self.events
+
+    def _stalled(self, what: str) -> str:
+        """``what``, with what tells a stalled consumer from a stalled daemon: the consumer's partitions and
+        positions, and the daemon's state and log's tail."""
+        assignment = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+        state = "running" if self.proc is not None and self.proc.poll() is None else "exited"
+        if self.proc is not None and self.proc.returncode is not None:
+            state = f"exited {self.proc.returncode}"
+        log = self.log.read_text()[-3000:] if self.log.exists() else "(no log)"
+        return f"{what}; consumer assigned {assignment}, read to {self.positions}; cdcd {state}:\n{log}"
 
     def _event(self, message: Message) -> Event:
         topic = str(message.topic())
