@@ -60,6 +60,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "alone: runs with no other integration test in make test (it stops Kafka...)")
     config.addinivalue_line("markers", "stops_kafka: stops the stack's Kafka (make test runs it beside the unit tests)")
+    config.addinivalue_line(
+        "markers",
+        "beyond_row_stage: what it checks is not done by the row stage (resuming after a kill): the Python row"
+        " stage's pass of make test leaves it out",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -280,6 +280,7 @@ def test_incremental_snapshot_of_200k_rows_under_updates_and_deletes_converges(r
     assert len(registry.get_versions(f"{topic(run)}-value")) == 2
 
 
+@pytest.mark.beyond_row_stage
 def test_kill_9_during_the_initial_snapshot_resumes_after_the_last_saved_chunk(run15: Run) -> None:
     run, db = run15, run15.db
     rows = 150_000
@@ -363,6 +364,7 @@ def _key_range(text: str) -> tuple[int, int]:
     return low, high
 
 
+@pytest.mark.beyond_row_stage
 def test_kill_9_during_a_parallel_initial_snapshot_rereads_only_the_unfinished_ranges(run15: Run) -> None:
     run, db = run15, run15.db
     rows = 150_000
