@@ -205,8 +205,11 @@ class Run:
         """``what``, with what tells a stalled consumer from a stalled daemon: the consumer's partitions and
         positions, and the daemon's state and log's tail."""
         assignment = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
-        state = "running" if self.proc is not None and self.proc.poll() is None else "exited"
-        if self.proc is not None and self.proc.returncode is not None:
+        if self.proc is None:
+            state = "not started"
+        elif self.proc.poll() is None:
+            state = "running"
+        else:
             state = f"exited {self.proc.returncode}"
         log = self.log.read_text()[-3000:] if self.log.exists() else "(no log)"
         return f"{what}; consumer assigned {assignment}, read to {self.positions}; cdcd {state}:\n{log}"

@@ -24,7 +24,7 @@ from tests.integration.conftest import STACK, Database, cdcd_env, close_bounded
 from tests.integration.kafka_harness import Event, Run, read_partitions
 from tests.integration.test_avroread import read_topics
 from tests.integration.test_kafka import expected_events, observed
-from tests.integration.test_snapshot import BIG, start_then_kill, topic, wait_log
+from tests.integration.test_snapshot import BIG, saved_queue, start_then_kill, topic, wait_log
 from tests.integration.workload import Change, Model, Txn
 
 SCHEMA = """
@@ -360,19 +360,14 @@ def test_kill_9_during_an_exactly_once_parallel_initial_snapshot_leaves_each_row
     run, db = run15, run15.db
     rows = 150_000
     db.execute(BIG.replace("ROWS", str(rows)) + "ANALYZE big; CREATE PUBLICATION cdcd_pub FOR TABLE big")
-    state_file = run.tmp_path / "state" / f"{run.slot}.snapshot.json"
     config = {"snapshot": {"state_dir": str(run.tmp_path / "state"), "chunk_size": 500, "parallelism": 2}}
     kafka: dict[str, Any] = {"delivery": "exactly_once", "exactly_once": {"commit_interval_ms": 30}}
 
     def ranges_saved() -> bool:
-        try:
-            queue = json.loads(state_file.read_text())["queue"]
-        except (FileNotFoundError, ValueError):
-            return False
-        return bool(queue) and any(p["last_key"] for p in queue)
+        return any(p["last_key"] for p in saved_queue(run))
 
     start_then_kill(run, config, ranges_saved, "no progress of the snapshot's key ranges was ever saved", **kafka)
-    assert json.loads(state_file.read_text())["queue"], "the snapshot finished before it could be killed"
+    assert saved_queue(run), "the snapshot finished before it could be killed"
     run.start(extra=config, **kafka)
     wait_log(run, "table snapshot finished", timeout=300)
     run.wait_confirmed(300)

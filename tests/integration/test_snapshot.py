@@ -285,14 +285,10 @@ def test_kill_9_during_the_initial_snapshot_resumes_after_the_last_saved_chunk(r
     run, db = run15, run15.db
     rows = 150_000
     db.execute(BIG.replace("ROWS", str(rows)) + "CREATE PUBLICATION cdcd_pub FOR TABLE big")
-    state_file = run.tmp_path / "state" / f"{run.slot}.snapshot.json"
     config = {"snapshot": {"state_dir": str(run.tmp_path / "state"), "chunk_size": 2000}}
 
     def saved_key() -> int | None:
-        try:
-            queue = json.loads(state_file.read_text())["queue"]
-        except (FileNotFoundError, ValueError):
-            return None
+        queue = saved_queue(run)
         return int(queue[0]["last_key"][0]) if queue and queue[0]["last_key"] else None
 
     writer = Writer(db.dsn(), rows)
@@ -369,24 +365,17 @@ def test_kill_9_during_a_parallel_initial_snapshot_rereads_only_the_unfinished_r
     run, db = run15, run15.db
     rows = 150_000
     db.execute(BIG.replace("ROWS", str(rows)) + "ANALYZE big; CREATE PUBLICATION cdcd_pub FOR TABLE big")
-    state_file = run.tmp_path / "state" / f"{run.slot}.snapshot.json"
     # small chunks: each acknowledged one is saved (fsync), which leaves time to kill it halfway
     config = {"snapshot": {"state_dir": str(run.tmp_path / "state"), "chunk_size": 500, "parallelism": 2}}
 
-    def saved_queue() -> list[dict[str, Any]]:
-        try:
-            return list(json.loads(state_file.read_text())["queue"])
-        except (FileNotFoundError, ValueError):
-            return []
-
     def some_ranges_finished() -> bool:
-        queue = saved_queue()
+        queue = saved_queue(run)
         return bool(queue) and all(p["key_range"] for p in queue) and len(queue) <= 6
 
     writer = Writer(db.dsn(), rows)
     writer.start()
     start_then_kill(run, config, some_ranges_finished, "no key range of the snapshot was ever finished")
-    unfinished = {_key_range(p["key_range"]): p["last_key"] for p in saved_queue()}
+    unfinished = {_key_range(p["key_range"]): p["last_key"] for p in saved_queue(run)}
     assert 1 <= len(unfinished) <= 6, "the snapshot finished before it could be killed"
     run.start(extra=config)
     wait_log(run, "table snapshot finished", timeout=300)
@@ -409,6 +398,14 @@ def test_kill_9_during_a_parallel_initial_snapshot_rereads_only_the_unfinished_r
     twice = [k for k, n in seen.items() if n > 1]
     assert all(unfinished_after_saved_key(k) for k in twice)  # at least once, only where nothing was saved
     assert "initial snapshot was interrupted: continuing it incrementally" in run.log.read_text()
+
+
+def saved_queue(run: Run) -> list[dict[str, Any]]:
+    """The snapshot queue in ``run``'s state file now ([] before cdcd first wrote it)."""
+    try:
+        return list(json.loads((run.tmp_path / "state" / f"{run.slot}.snapshot.json").read_text())["queue"])
+    except (FileNotFoundError, ValueError):
+        return []
 
 
 def start_then_kill(run: Run, config: dict[str, Any], ready: Callable[[], bool], failure: str, **kafka: Any) -> None:
