@@ -285,7 +285,7 @@ def test_kafka_away_for_30s_inside_a_kafka_transaction_still_exactly_once(run15:
     writer = threading.Thread(target=workload.run)
     writer.start()
     try:
-        time.sleep(2)
+        run.wait_confirmed()  # a Kafka transaction committed; the workload goes on in the next
         subprocess.run([str(STACK), "down", "kafka"], check=True, env={**os.environ, "STOP_TIMEOUT": stop_timeout})
         for _ in range(30):
             time.sleep(1)

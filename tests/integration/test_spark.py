@@ -49,16 +49,18 @@ def env15(kafka_env: dict[str, str]) -> dict[str, str]:
     return kafka_env
 
 
-# The tests' JVMs compile with C1 only: each runs a few small micro-batches, all warm-up, which C2's compiling
-# (threads of their own, on a machine of two cores) slows. Nothing the tests check depends on it.
+# The short-lived job JVMs the tests start (a killed job, a cluster's driver and executor) compile with C1 only: a
+# micro-batch or two, all warm-up, which C2's compiling (threads of their own on two cores) slows. The session every
+# Spark test shares keeps the default: across its dozens of jobs C1 cost the tests ~100 s in two CI runs (the
+# key-change test 192-218 s against 119, the envelopes test 124 against 95).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
-DRIVER_JAVA_OPTIONS = f"{LOCAL_CONF['spark.driver.extraJavaOptions']} {QUICK_JIT}"  # the job's own, and C1
+JOB_JAVA_OPTIONS = f"{LOCAL_CONF['spark.driver.extraJavaOptions']} {QUICK_JIT}"  # the job's own, and C1
 
 
 @pytest.fixture(scope="session")
 def spark(env15: dict[str, str]) -> Iterator[SparkSession]:
     """One local session for every Spark test module (test_spark_cluster's gets this one back from getOrCreate)."""
-    conf = {"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS}
+    conf = {"spark.ui.enabled": "false"}
     s = session("local[2]", env15["CDCD_SPARK_JARS"], conf)
     s.sparkContext.setLogLevel("WARN")
     yield s
@@ -227,7 +229,7 @@ def test_mirror_equals_source_across_restarts(spark: SparkSession, run15: Run, t
             "--registry-url", opts.registry_url, "--checkpoint", opts.checkpoint, "--mirror", str(opts.mirror),
             "--changelog", str(opts.changelog), "--key", "public.audit=id", "--max-offsets-per-trigger", "100",
             "--trigger-interval", "0 seconds", "--jars-dir", run15.env["CDCD_SPARK_JARS"],
-            "--conf", f"spark.driver.extraJavaOptions={DRIVER_JAVA_OPTIONS}"]  # fmt: skip
+            "--conf", f"spark.driver.extraJavaOptions={JOB_JAVA_OPTIONS}"]  # fmt: skip
     with log.open("wb") as out:
         proc = spawn([sys.executable, "-m", "cdcd.spark", *args], stdout=out, stderr=subprocess.STDOUT)
     try:
