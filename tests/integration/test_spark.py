@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from cdcd.spark.job import LOCAL_CONF, BatchWriter, Options, session, start
 from tests.integration.conftest import STACK, Database, PgServer
@@ -50,10 +51,12 @@ def env15(kafka_env: dict[str, str]) -> dict[str, str]:
 
 
 # The short-lived job JVMs the tests start (a killed job, a cluster's driver and executor) compile with C1 only: a
-# micro-batch or two, all warm-up, which C2's compiling (threads of their own on two cores) slows. The session every
-# Spark test shares keeps the default: across its dozens of jobs C1 cost the tests ~100 s in two CI runs (the
-# key-change test 192-218 s against 119, the envelopes test 124 against 95).
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
+# micro-batch or two, all warm-up, which C2's compiling (threads of their own on two cores) slows. C1 alone gets a
+# 48 MiB code cache by default, which Spark, Delta and Iceberg fill: the JIT then stops and the JVM runs on
+# interpreted, many times slower (the shared session did so 89 s into a CI run, and its jobs never finished):
+# these JVMs get the tiered default's 240 MiB. The session every Spark test shares keeps the default JIT, as a
+# long-running job does.
+QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 JOB_JAVA_OPTIONS = f"{LOCAL_CONF['spark.driver.extraJavaOptions']} {QUICK_JIT}"  # the job's own, and C1
 
 
@@ -138,10 +141,38 @@ def options(r: Run, tmp_path: Path, **extra: Any) -> Options:
 
 
 def run_available_now(spark: SparkSession, opts: Options) -> None:
-    query = start(spark, opts)
-    query.awaitTermination(timeout=300)
-    assert not query.isActive, "the job did not finish what was in Kafka within 300 s"
-    assert query.exception() is None, query.exception()
+    await_queries(spark, {"the job": start(spark, opts)}, 300)
+
+
+def await_queries(spark: SparkSession, queries: dict[str, StreamingQuery], timeout: float) -> None:
+    """Until every query has applied what Kafka holds (available-now). One still running at the deadline fails the
+    test with the driver's busy JVM threads (where it hangs), and every query is stopped: none runs on under the
+    next test of the shared session."""
+    deadline = time.monotonic() + timeout
+    try:
+        for name, query in queries.items():
+            query.awaitTermination(timeout=max(1, int(deadline - time.monotonic())))
+            if query.isActive:
+                raise AssertionError(
+                    f"{name}: did not finish what was in Kafka within {timeout:.0f} s\n{busy_jvm_threads(spark)}"
+                )
+            assert query.exception() is None, f"{name}: {query.exception()}"
+    finally:
+        for query in queries.values():
+            if query.isActive:
+                query.stop()
+
+
+def busy_jvm_threads(spark: SparkSession) -> str:
+    """The driver JVM's threads that run tasks, streams, SQL or Delta (jstack), or are blocked, and any deadlock."""
+    pid = spark.sparkContext._jvm.ProcessHandle.current().pid()  # type: ignore[union-attr]
+    try:
+        dump = subprocess.run(["jstack", str(pid)], capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"(no thread dump: {e})"
+    wanted = ("Executor task launch", "stream execution", "Java-level deadlock", "BLOCKED", "delta", "MergeInto")
+    blocks = [b for b in dump.split("\n\n") if any(w in b for w in wanted) and "getTask" not in b]  # not idle
+    return "\n\n".join("\n".join(b.splitlines()[:40]) for b in blocks)
 
 
 def normalize(value: Any) -> Any:

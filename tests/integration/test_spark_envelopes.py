@@ -21,7 +21,6 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyiceberg.table import StaticTable
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
 
 from cdcd.spark.job import Options, start
 from cdcd.spark.schema import UNAVAILABLE, VALUE, mapping, placeholder_sql
@@ -135,12 +134,7 @@ def job_options(s: Sources, tmp_path: Path) -> dict[str, Options]:
 
 def run_jobs(spark: SparkSession, jobs: dict[str, Options]) -> None:
     """The jobs as streaming queries of one session at once, each until it has applied what Kafka holds."""
-    queries: dict[str, StreamingQuery] = {name: start(spark, opts) for name, opts in jobs.items()}
-    deadline = time.monotonic() + 400
-    for name, query in queries.items():
-        query.awaitTermination(timeout=max(1, int(deadline - time.monotonic())))
-        assert not query.isActive, f"{name}: the job did not finish what was in Kafka within 400 s"
-        assert query.exception() is None, f"{name}: {query.exception()}"
+    test_spark.await_queries(spark, {name: start(spark, opts) for name, opts in jobs.items()}, 400)
 
 
 def iceberg_rows(warehouse: Path, table: str, keys: tuple[str, ...]) -> tuple[list[str], list[tuple[Any, ...]]]:
