@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from cdcd.sink import Committed, SinkFailure
+from cdcd.sink.clients import kafka_away
 
 VERSION = 1
 _WINDOWS = (256, 4096, 65536)  # records read back from the end of a partition before reading it all
@@ -109,26 +110,13 @@ def read_last(client_config: dict[str, Any], topic: str, slot: str, timeout: flo
 
 
 _MISSING_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
-_AWAY_CODES = frozenset(  # errors of a broker that is away or not ready yet, whatever their retriable flag
-    {
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._TIMED_OUT,
-        KafkaError._RESOLVE,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.BROKER_NOT_AVAILABLE,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.NETWORK_EXCEPTION,
-    }
-)
 
 
 def _error(topic: str, error: KafkaError | None, why: str = "") -> ProgressTopicError:
     """The error for a failed read: ``Unreachable`` when Kafka did not answer (``error`` None) or answered with
     an error a wait can cure."""
     message = f"cannot read progress topic {topic}: {why or (error.str() if error else '')}"
-    if error is None or error.retriable() or error.code() in _AWAY_CODES:
+    if error is None or kafka_away(error):
         return ProgressTopicUnreachable(message)
     return ProgressTopicError(message)
 

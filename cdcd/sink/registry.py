@@ -16,7 +16,7 @@ from cdcd.avro.schema import column_changes
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
 from cdcd.logging import library_logger
 from cdcd.sink import SinkFailure
-from cdcd.sink.clients import log_wait
+from cdcd.sink.clients import kafka_away, log_wait
 
 if TYPE_CHECKING:  # the registry's client module (HTTP, TLS) is most of the sink's import: loaded when first used
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -34,18 +34,6 @@ _CONFLICT_PAUSE_S = 0.25
 _TOPIC_RETRY_PAUSE_S = 1.0
 _TOPIC_OPERATION_S = 10.0
 _TOPIC_REQUEST_S = 15.0
-# Admin errors that mean Kafka is away or not ready, not a refusal (librdkafka marks few of them retriable).
-_KAFKA_AWAY = frozenset(
-    {
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.NOT_CONTROLLER,
-        KafkaError.BROKER_NOT_AVAILABLE,
-        KafkaError.LEADER_NOT_AVAILABLE,
-    }
-)
 
 
 class Waiting(Protocol):
@@ -158,13 +146,13 @@ class KafkaRegistry:
     def create_topic(self, topic: str, partitions: int, config: dict[str, str]) -> None:
         """Create ``topic`` unless it exists. While Kafka is away (a broker restarting, no controller yet) the
         request is made again each second, status updates going on, for as long as a record would wait for it; a
-        refusal (authorization, an invalid setting) stops cdcd."""
+        refusal (authorization, an invalid setting, too few brokers) stops cdcd."""
         new = NewTopic(
             topic, num_partitions=partitions, replication_factor=self.settings.replication_factor, config=config
         )
         logged_at = None
         while (error := self._create(new)) is not None:
-            if not (error.retriable() or error.code() in _KAFKA_AWAY):
+            if not kafka_away(error):
                 raise SinkFailure(f"cannot create topic {topic}: {error.str()}")
             logged_at = log_wait("Kafka", f"create topic {topic}", error.str(), logged_at)
             self.waiting.wait(_TOPIC_RETRY_PAUSE_S)

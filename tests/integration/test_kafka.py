@@ -303,6 +303,54 @@ def test_kafka_away_for_a_minute_daemon_waits_bounded_and_loses_nothing(run: Run
     assert run.stop() == 0
 
 
+@pytest.mark.alone
+@pytest.mark.stops_kafka
+def test_topics_asked_for_while_the_broker_stops_are_made_once_it_is_back(run: Run, db: Database) -> None:
+    """New tables while the broker shuts down (found by CI: a broker in controlled shutdown answers a topic's
+    creation with INVALID_REPLICATION_FACTOR, "All brokers are currently fenced", and cdcd stopped): the creation
+    is waited for like Kafka away, and each table's row arrives once the broker is back."""
+    db.execute(SCHEMA)
+    run.start()
+    made: list[str] = []
+    making = threading.Event()
+    done = threading.Event()
+
+    def make_tables() -> None:  # each a topic to create: cdcd is asking for one while the broker goes
+        while not done.is_set():
+            if making.wait(0.1):
+                name = f"fresh{len(made)}"
+                db.execute(
+                    f"CREATE TABLE {name} (id int PRIMARY KEY, v text); ALTER PUBLICATION cdcd_pub ADD TABLE {name};"
+                    f" INSERT INTO {name} VALUES (1, '{name}')"
+                )
+                made.append(name)
+                time.sleep(0.1)
+
+    maker = threading.Thread(target=make_tables)
+    maker.start()
+    try:
+        run.wait_confirmed()
+        making.set()
+        time.sleep(2)
+        subprocess.run([str(STACK), "down", "kafka"], check=True)
+        time.sleep(2)
+        making.clear()
+        run._check_alive()
+    finally:
+        done.set()
+        maker.join()
+        subprocess.run([str(STACK), "up", "kafka"], check=True, env={**os.environ, "KAFKA_START_TIMEOUT": "300"})
+    run.reread()
+    want = {f"{run.prefix}.public.{name}": [{"id": 1, "v": name}] for name in made}
+
+    def rows(events: list[Event]) -> dict[str, list[dict[str, Any] | None]]:
+        return {topic: [e.value["after"] for e in events if e.topic == topic and e.value] for topic in want}
+
+    run.consume_until(lambda ev: all(rows(ev).values()), 240)
+    assert rows(run.events) == want
+    assert run.stop() == 0
+
+
 def test_alter_table_registers_a_new_schema_version_before_its_first_event(run: Run, db: Database) -> None:
     db.execute("CREATE TABLE items (id int PRIMARY KEY, v text); CREATE PUBLICATION cdcd_pub FOR TABLE items")
     run.start()

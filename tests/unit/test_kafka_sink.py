@@ -118,11 +118,24 @@ def test_a_lost_race_to_create_a_subject_gets_the_winners_id(sink: KafkaSink) ->
     assert sink.topics.schema_id("t-value", SCHEMA) == 5
 
 
-class Admin:
-    """An admin client whose create_topics answers from a list: a KafkaError code to fail with, ``None`` for
-    success, or ``"pending"`` for a request that has not finished when its result is first asked for."""
+# What a KRaft broker in controlled shutdown answers (Kafka 4.3, seen in CI), and a replication factor too high.
+FENCED = KafkaError(
+    KafkaError.INVALID_REPLICATION_FACTOR,
+    "Unable to replicate the partition 1 time(s): All brokers are currently fenced, or have all their log"
+    " directories cordoned.",
+)
+TOO_FEW_BROKERS = KafkaError(
+    KafkaError.INVALID_REPLICATION_FACTOR,
+    "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be reached because"
+    " only 1 broker(s) are registered or some brokers have all their log directories cordoned.",
+)
 
-    def __init__(self, *answers: int | str | None) -> None:
+
+class Admin:
+    """An admin client whose create_topics answers from a list: a KafkaError (or its code) to fail with, ``None``
+    for success, or ``"pending"`` for a request that has not finished when its result is first asked for."""
+
+    def __init__(self, *answers: KafkaError | int | str | None) -> None:
         self.answers = list(answers)
         self.calls = 0
 
@@ -135,6 +148,8 @@ class Admin:
             threading.Timer(0.7, future.set_result, [None]).start()
         elif isinstance(answer, int):
             future.set_exception(KafkaException(KafkaError(answer)))
+        elif isinstance(answer, KafkaError):
+            future.set_exception(KafkaException(answer))
         else:
             future.set_result(None)
         return {new[0].topic: future}
@@ -144,21 +159,22 @@ class Admin:
 
 
 def test_a_topic_is_created_once_kafka_is_back(sink: KafkaSink) -> None:
-    """Kafka away or restarting while a new table's topic is created (found by CI: cdcd stopped after 60 s): the
-    request is made again, status updates going on, for as long as Kafka is away."""
+    """Kafka away or restarting while a new table's topic is created (found by CI: cdcd stopped after 60 s, and
+    on a broker in controlled shutdown): the request is made again, status updates going on, for as long as Kafka
+    is away."""
     away = [KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT]
-    sink.topics.admin = Admin(*away, "pending")  # type: ignore[assignment]
+    sink.topics.admin = Admin(*away, FENCED, "pending")  # type: ignore[assignment]
     beats: list[int] = []
     sink.transport.keep_alive = lambda: beats.append(1)
     with structlog.testing.capture_logs() as logs:
         sink.topics.ensure_topic("p.public.t")
-    assert sink.topics.admin.calls == 5  # type: ignore[attr-defined]
-    assert len(beats) >= 5
+    assert sink.topics.admin.calls == 6  # type: ignore[attr-defined]
+    assert len(beats) >= 6
     waits = [e for e in logs if e["event"] == "waiting for Kafka"]
     assert [e["to"] for e in waits] == ["create topic p.public.t"]  # logged once per 30 s
     assert [e["topic"] for e in logs if e["event"] == "topic created"] == ["p.public.t"]
     sink.topics.ensure_topic("p.public.t")
-    assert sink.topics.admin.calls == 5  # type: ignore[attr-defined]
+    assert sink.topics.admin.calls == 6  # type: ignore[attr-defined]
 
 
 def test_a_topic_that_exists_is_not_waited_for(sink: KafkaSink) -> None:
@@ -168,9 +184,10 @@ def test_a_topic_that_exists_is_not_waited_for(sink: KafkaSink) -> None:
 
 
 @pytest.mark.parametrize(
-    "refusal", [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.POLICY_VIOLATION, KafkaError.INVALID_CONFIG]
+    "refusal",
+    [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.POLICY_VIOLATION, KafkaError.INVALID_CONFIG, TOO_FEW_BROKERS],
 )
-def test_a_refused_topic_stops_and_names_it(sink: KafkaSink, refusal: int) -> None:
+def test_a_refused_topic_stops_and_names_it(sink: KafkaSink, refusal: KafkaError | int) -> None:
     sink.topics.admin = Admin(refusal)  # type: ignore[assignment]
     with pytest.raises(SinkFailure, match=r"cannot create topic p\.public\.t: "):
         sink.topics.ensure_topic("p.public.t")
