@@ -4,10 +4,13 @@
 deleted as it starts) would otherwise end it by the signal's default action, exit -15 instead of 0. ``catch`` is
 called before anything heavy is imported (``cdcd.entry``); the loop then waits on ``STOP``, set already if the
 request came early, and what was registered with ``on_stop`` runs once.
+
+SIGUSR1 writes every thread's stack to stderr (the log) and goes on: what a daemon that seems stuck is doing.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import threading
 from collections.abc import Callable
@@ -27,6 +30,7 @@ def _requested(signum: int, frame: FrameType | None) -> None:
 def catch() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _requested)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def on_stop(callback: Callable[[], None]) -> None:

@@ -211,8 +211,15 @@ class Run:
             state = "running"
         else:
             state = f"exited {self.proc.returncode}"
-        log = self.log.read_text()[-3000:] if self.log.exists() else "(no log)"
+        log = self._stacks_and_log()
         return f"{what}; consumer assigned {assignment}, read to {self.positions}; cdcd {state}:\n{log}"
+
+    def _stacks_and_log(self) -> str:
+        """The log's tail, with every thread's stack first written to it (SIGUSR1) if cdcd is still running."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+        return self.log.read_text()[-12000:] if self.log.exists() else "(no log)"
 
     def _event(self, message: Message) -> Event:
         topic = str(message.topic())
@@ -249,7 +256,7 @@ class Run:
         query = "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
         while not self.db.execute(query, [lsn, self.slot])[0][0]:
             self._check_alive()
-            assert time.monotonic() < deadline, f"cdcd never confirmed {lsn}:\n{self.log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"cdcd never confirmed {lsn}:\n{self._stacks_and_log()}"
             time.sleep(0.1)
 
     def _high_watermarks(self) -> dict[tuple[str, int], int]:

@@ -305,12 +305,15 @@ def test_kafka_away_for_a_minute_daemon_waits_bounded_and_loses_nothing(run: Run
 
 @pytest.mark.alone
 @pytest.mark.stops_kafka
-def test_topics_asked_for_while_the_broker_stops_are_made_once_it_is_back(run: Run, db: Database) -> None:
+@pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
+def test_topics_asked_for_while_the_broker_stops_are_made_once_it_is_back(
+    run: Run, db: Database, delivery: str
+) -> None:
     """New tables while the broker shuts down (found by CI: a broker in controlled shutdown answers a topic's
     creation with INVALID_REPLICATION_FACTOR, "All brokers are currently fenced", and cdcd stopped): the creation
-    is waited for like Kafka away, and each table's row arrives once the broker is back."""
+    is waited for like Kafka away, and each table's row arrives once the broker is back (read_committed)."""
     db.execute(SCHEMA)
-    run.start()
+    run.start(delivery=delivery, exactly_once={"commit_interval_ms": 30})
     made: list[str] = []
     making = threading.Event()
     done = threading.Event()

@@ -52,3 +52,29 @@ def test_other_commands_keep_the_default_handlers() -> None:
         text=True,
     )
     assert child.returncode == -15
+
+
+def test_sigusr1_writes_every_threads_stack_and_goes_on() -> None:
+    """What a daemon that seems stuck is doing: SIGUSR1 writes each thread's stack to stderr (the log)."""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, threading\n"
+            "from cdcd import stopping\n"
+            "stopping.catch()\n"
+            "ready = threading.Event()\n"
+            "def waiting_in_a_helper(): ready.set(); threading.Event().wait(5)\n"
+            "threading.Thread(target=waiting_in_a_helper, daemon=True).start()\n"
+            "ready.wait()\n"
+            "os.kill(os.getpid(), signal.SIGUSR1)\n"
+            "print('went on')\n",
+        ],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert (child.returncode, child.stdout.strip()) == (0, "went on"), child.stderr
+    assert "waiting_in_a_helper" in child.stderr
+    assert "Current thread" in child.stderr
