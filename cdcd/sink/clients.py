@@ -19,6 +19,8 @@ _AWAY_CODES = frozenset(
         KafkaError._ALL_BROKERS_DOWN,
         KafkaError._TIMED_OUT,
         KafkaError._RESOLVE,
+        KafkaError._DESTROY_BROKER,  # a request to a broker that left the metadata (in controlled shutdown)
+        KafkaError._NODE_UPDATE,
         KafkaError.REQUEST_TIMED_OUT,
         KafkaError.NETWORK_EXCEPTION,
         KafkaError.NOT_CONTROLLER,
