@@ -143,7 +143,7 @@ def _wal_written(db: Database, start: str, end: str, slot: str, allowed: set[int
         elif xid and xid not in allowed and f"/{oid}/" in blocks:
             by_xid.setdefault(xid, []).append(f"{lsn} xid {xid} {manager}: {description} {blocks}")
     for written in by_xid.values():
-        if not all(any(node in f"{line} " for node in analyze) for line in written):
+        if not all(any(node in line for node in analyze) for line in written):
             found += written
     return found
 
