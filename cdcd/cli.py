@@ -171,8 +171,12 @@ def _request_snapshot(settings: Settings, table: str, where: str | None) -> int:
         print(f"cdcd snapshot: {_read_only_refusal(settings, table, where)}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        request_id = request_snapshot(settings.source, table, where)
-    except SnapshotRequestError as exc:
+        key = settings.snapshot.request_key(create=False)
+        if key is None:
+            print("cdcd snapshot: snapshot.requests is off: ask on the signal topic", file=sys.stderr)
+            return EXIT_CONFIG
+        request_id = request_snapshot(settings.source, table, where, key)
+    except (SnapshotRequestError, ConfigError) as exc:
         print(f"cdcd snapshot: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except (SourceError, SourceDisconnected) as exc:

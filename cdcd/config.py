@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from pathlib import Path
 from typing import Any, Literal
 
@@ -673,6 +674,73 @@ class SnapshotSettings(_Section):
         " slot's exported snapshot: tables side by side, a large one cut into key ranges on its first key column,"
         " each range's progress saved on its own (a restart reads only the ranges not finished)",
     )
+    requests: Literal["signed", "off"] = Field(
+        "signed",
+        description="snapshot requests `cdcd snapshot` writes into the WAL, where any database role can write a"
+        " message: signed: acted on only when signed with the request key (HMAC-SHA256), others are logged, counted"
+        " (cdcd_control_rejected_total) and passed by; off: none is acted on (ask on the signal topic instead)",
+    )
+    request_key_file: Path | None = Field(
+        None,
+        description="file holding the key requests are signed with (at least 16 characters, trailing newline"
+        " ignored); none: <state_dir>/request.key, made (mode 0600) by `cdcd run` when missing and read by `cdcd"
+        " snapshot`, which must then run where it can read the state directory. Never logged",
+    )
+    request_key_env: str | None = Field(
+        None, description="name of the environment variable holding the request key, instead of a file"
+    )
+
+    @model_validator(mode="after")
+    def _one_key(self) -> SnapshotSettings:
+        if self.request_key_file is not None and self.request_key_env is not None:
+            raise ValueError("set at most one of request_key_file and request_key_env")
+        return self
+
+    def request_key(self, create: bool) -> bytes | None:
+        """The request key (None: snapshot.requests is off); ``create``: make the default file when missing.
+        Raises ConfigError naming what is missing."""
+        if self.requests == "off":
+            return None
+        if self.request_key_env is not None:
+            key = os.environ.get(self.request_key_env, "")
+            where = f"environment variable {self.request_key_env} (snapshot.request_key_env)"
+        else:
+            path = self.request_key_file or self.state_dir / "request.key"
+            key, where = _key_file(path, create=create and self.request_key_file is None), f"file {path}"
+        if not key:
+            raise ConfigError(
+                f"no snapshot request key in {where}: `cdcd run` makes the default file at its first start (run"
+                " `cdcd snapshot` where it can read snapshot.state_dir), or set snapshot.request_key_file or"
+                " request_key_env; snapshot.requests: off refuses requests instead"
+            )
+        if len(key) < _MIN_KEY:
+            raise ConfigError(f"the snapshot request key in {where} has under {_MIN_KEY} characters")
+        register_secret(key)
+        return key.encode()
+
+
+_MIN_KEY = 16
+
+
+def _key_file(path: Path, create: bool) -> str:
+    """The text of ``path`` ("" when it does not exist); ``create``: a new random key written there (0600) first."""
+    if create and not path.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+        except FileExistsError:
+            pass  # another process made it first: it is read below
+        except OSError as exc:
+            raise ConfigError(f"cannot write the snapshot request key {path}: {exc.strerror}") from None
+    try:
+        return path.read_text().rstrip("\r\n")
+    except FileNotFoundError:
+        return ""
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(f"cannot read the snapshot request key {path}: {reason}") from None
 
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")

@@ -47,6 +47,7 @@ class State:
     open_streamed: Callable[[], int] = lambda: 0
     buffer_bytes: Callable[[], tuple[int, int]] = lambda: (0, 0)  # (memory, spilled)
     filtered: dict[str, int] = field(default_factory=dict)  # by table
+    control_rejected: dict[tuple[str, str], int] = field(default_factory=dict)  # (source, reason): refused input
     snapshot_tables_pending: Callable[[], int] = lambda: 0  # queued table snapshots not finished
     snapshot_meters: SnapshotMeters = field(default_factory=SnapshotMeters)  # table snapshots of this process
     phase: str = "starting"  # starting, initial snapshot, streaming, reconnecting, stopping
@@ -107,6 +108,15 @@ class PipelineCollector(Collector):
         yield _labelled(
             CounterMetricFamily("cdcd_filtered_events", "Changes dropped by row filters, by table", labels=["table"]),
             filtered,
+        )
+        yield _labelled(
+            CounterMetricFamily(
+                "cdcd_control_rejected",
+                "Control input cdcd did not act on (snapshot requests in the WAL, signal records, snapshot conditions),"
+                " by source and reason",
+                labels=["source", "reason"],
+            ),
+            dict(s.control_rejected),
         )
         yield _labelled(
             CounterMetricFamily("cdcd_transactions", "Transactions by kind and outcome", labels=["kind", "outcome"]),

@@ -40,6 +40,7 @@ from cdcd.snapshot.reader import SnapshotReader
 from cdcd.snapshot.runner import Parallel, Snapshotter, start_state
 from cdcd.snapshot.signals import SignalSource
 from cdcd.snapshot.state import SnapshotState, StateStore
+from cdcd.snapshot.untrusted import Rejections
 from cdcd.source.primary import Primary
 from cdcd.source.standby import Writes
 from cdcd.source.walsender import SessionInfo, SlotActive, SourceDisconnected, SourceError, Timeouts, Walsender
@@ -105,10 +106,13 @@ class ReplicationLoop:
             snapshot_meters=self.meters,
             slot=settings.source.slot,
         )
+        self.rejections = Rejections(self.state.control_rejected)
+        self._request_key: bytes | None = None  # snapshot.request_key, read when run starts
 
     def run(self) -> None:
         """Stream until ``stop`` is set. Raises on errors that retrying cannot fix."""
         self._sweep_spill_files()
+        self._request_key = self.settings.snapshot.request_key(create=True)
         try:
             self._sessions()
         finally:
@@ -281,6 +285,8 @@ class ReplicationLoop:
                 save_on_done=not self.sink.transactional,
                 notices=self._notices(),
                 parallel=self._parallel(reader),
+                request_key=self._request_key,
+                rejections=self.rejections,
             )
             if self.signals is not None:
                 self.signals.start(state.signal_offsets)

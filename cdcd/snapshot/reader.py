@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -25,9 +26,8 @@ from psycopg.generators import fetch_many
 
 from cdcd.config import ConfigError, SourceSettings
 from cdcd.filters.checks import ColumnInfo, TableInfo
-from cdcd.filters.expr import FilterError, parse_filter
 from cdcd.pgoutput.messages import Column, Relation, Row, Type
-from cdcd.snapshot import control
+from cdcd.snapshot import control, untrusted
 from cdcd.snapshot.copy import RowReader, RowsReader, row_reader, rows_reader
 from cdcd.snapshot.position import wal_position
 from cdcd.snapshot.ranges import INTEGER_TYPES, histogram_cuts, integer_cuts, key_ranges
@@ -304,15 +304,20 @@ class SnapshotReader:
             raise SourceError(f"cannot estimate the rows of {table.name}: {_first(exc)}") from None
 
     def _estimate(self, table: SnapshotTable, query: sql.Composed) -> int | None:
-        statistics = self.conn.execute(_STATISTICS, {"table": table.relation.relation_id}).fetchone()
-        assert statistics is not None
-        unanalyzed, size = statistics
-        if not unanalyzed:
-            plan = self.conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + query).fetchone()[0]  # type: ignore[index]
-            return int((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"])
-        if size > COUNT_ROWS_UP_TO_BYTES:
-            return None
-        return int(self.conn.execute(sql.SQL("SELECT count(*) FROM ({}) AS t").format(query)).fetchone()[0])  # type: ignore[index]
+        """Each statement alone in the extended protocol (``binary``: psycopg sends no text of several), in a
+        read-only transaction: ``query`` holds a condition a request asked for."""
+        with _read_only(self.conn):
+            statistics = self.conn.execute(_STATISTICS, {"table": table.relation.relation_id}).fetchone()
+            assert statistics is not None
+            unanalyzed, size = statistics
+            if not unanalyzed:
+                explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + query
+                plan = self.conn.execute(explain, binary=True).fetchone()[0]  # type: ignore[index]
+                return int((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"])
+            if size > COUNT_ROWS_UP_TO_BYTES:
+                return None
+            count = sql.SQL("SELECT count(*) FROM ({}) AS t").format(query)
+            return int(self.conn.execute(count, binary=True).fetchone()[0])  # type: ignore[index]
 
     def server(self) -> str:
         """``host:port/database`` of the source, for the operator (no user, no password)."""
@@ -408,6 +413,19 @@ class SnapshotReader:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
 
 
+@contextlib.contextmanager
+def _read_only(conn: Conn) -> Iterator[None]:
+    """A read-only transaction, unless ``conn`` is in one already (the initial snapshot's is read-only)."""
+    if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        yield
+        return
+    conn.execute("BEGIN READ ONLY")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
+
+
 def _range_sql(column: sql.Identifier, key_type: sql.SQL, low: str | None, high: str | None) -> sql.Composed:
     """``low <= column < high`` (an open end left out)."""
     bounds: list[sql.Composable] = []
@@ -476,14 +494,9 @@ class SnapshotRequestError(ValueError):
     """A snapshot request that cannot be honoured (table not captured, no key, bad condition)."""
 
 
-def request_snapshot(settings: SourceSettings, table: str, where: str | None) -> str:
-    """Check the request against the database, then write it into the WAL for the daemon on ``settings.slot``."""
-    condition = None
-    if where is not None:
-        try:
-            condition = parse_filter(where).sql
-        except FilterError as exc:
-            raise SnapshotRequestError(f"--where: {exc}") from None
+def request_snapshot(settings: SourceSettings, table: str, where: str | None, key: bytes) -> str:
+    """Check the request against the database, then write it into the WAL, signed with ``key``, for the daemon on
+    ``settings.slot``."""
     conn = connect(settings.dsn.get_secret_value(), settings.read_password())
     try:
         standby = in_recovery(conn)
@@ -500,12 +513,15 @@ def request_snapshot(settings: SourceSettings, table: str, where: str | None) ->
         described = describe(conn, table)
         if not described.key_columns:
             raise SnapshotRequestError(f"{table} has no primary key or replica identity index to chunk by")
+        condition = None if where is None else untrusted.condition(where, described.relation.columns)
+        if isinstance(condition, untrusted.Rejected):
+            raise SnapshotRequestError(f"--where: {condition.detail}")
         try:
             conn.execute(sql.SQL("EXPLAIN ") + select_query(described, condition, None, 1))
         except psycopg.Error as exc:
             raise SnapshotRequestError(f"--where does not work on {table}: {_first(exc)}") from None
         request_id = uuid.uuid4().hex[:12]
-        request = {"slot": settings.slot, "table": table, "where": condition, "id": request_id}
+        request = control.signed({"slot": settings.slot, "table": table, "where": condition, "id": request_id}, key)
         if standby:
             _request_on_primary(settings, request)
         else:

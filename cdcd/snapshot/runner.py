@@ -37,7 +37,7 @@ from cdcd.batches import SnapshotBatch, SnapshotRecords
 from cdcd.filters.plan import FilterPlan
 from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, Type
-from cdcd.snapshot import control, signals
+from cdcd.snapshot import control, signals, untrusted
 from cdcd.snapshot.meter import SnapshotMeters
 from cdcd.snapshot.notifications import Notices
 from cdcd.snapshot.parallel import Part, PartReader, Read, read_parts
@@ -52,6 +52,7 @@ from cdcd.snapshot.signals import (
     StopSnapshot,
 )
 from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
+from cdcd.snapshot.untrusted import Rejected, Rejections
 from cdcd.snapshot.window import ChunkWindow
 from cdcd.snapshot.xids import SnapshotXids
 
@@ -162,21 +163,31 @@ class Snapshotter:
     announced: set[str] = field(default_factory=set)  # snapshots whose STARTED was considered
     initial_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # the initial snapshot's notifications
     parallel: Parallel | None = None  # the initial snapshot on several connections; None: on ``reader``'s
+    # the key `cdcd snapshot` signs its requests with (``snapshot.request_key_file``); None: requests are refused
+    request_key: bytes | None = None
+    rejections: Rejections = field(default_factory=Rejections)  # control input refused (cdcd_control_rejected)
 
     # -- shared -------------------------------------------------------------------------------------
 
-    def condition(self, item: TableProgress, table: Table) -> str | None:
-        """The row filters (ORed, as PostgreSQL's initial synchronization applies them), AND the request's."""
+    def condition(self, item: TableProgress, table: Table) -> str | Rejected | None:
+        """The row filters (ORed, as PostgreSQL's initial synchronization applies them), AND the request's, AND the
+        key range. The request's condition is read again here against the table's columns, whatever queued it (a
+        WAL request, a signal, the state file of an older cdcd): only cdcd's rendering of it reaches the server."""
         ancestors = self.reader.ancestors(table.relation.relation_id)
         filters = self.plan.copy_filters(item.table, ancestors)
-        parts = []
-        if filters:
-            parts.append(" OR ".join(f"({f.sql})" for f in filters))
-        if item.where:
-            parts.append(item.where)
-        if item.key_range:
-            parts.append(item.key_range)
-        return " AND ".join(f"({p})" for p in parts) if parts else None
+        where = None if not item.where else untrusted.condition(item.where, table.relation.columns)
+        if isinstance(where, Rejected):
+            return where
+        return all_of([" OR ".join(f"({f.sql})" for f in filters or ()), where, item.key_range])
+
+    def _refuse(self, item: TableProgress, refused: Rejected) -> None:
+        """``item``'s condition is refused: it leaves the queue (ABORTED), and streaming goes on."""
+        log.warning("snapshot condition refused", table=item.table, id=item.id, reason=refused.detail)
+        self.rejections.add("snapshot", refused.reason)
+        self.state.finish(item)
+        if self.notices is not None:
+            self.notices.aborted(item.snapshot, [item.table])
+        self.store.save(self.state)
 
     def _saved(
         self, item: TableProgress, last_key: list[str | None] | None, rows: int, final: bool
@@ -278,6 +289,9 @@ class Snapshotter:
             return None
         self._learn(table)
         condition = self.condition(item, table)
+        if isinstance(condition, Rejected):
+            self._refuse(item, condition)
+            return None
         self._begin(item, table, condition, item.last_key)
         if self.notices is not None:
             self.notices.initial(self.initial_id, "IN_PROGRESS", self._initial_progress(item, item.rows))
@@ -376,7 +390,7 @@ class Snapshotter:
                 log.info("table cut into key ranges", table=item.table, ranges=len(pieces), id=item.id)
             for piece in pieces:
                 tables[id(piece)] = item
-                parts.append(Part(piece, table, self.condition(piece, table), piece.last_key, encode))
+                parts.append(Part(piece, table, all_of([condition, piece.key_range]), piece.last_key, encode))
         self.store.save(self.state)
         return parts, tables
 
@@ -508,6 +522,9 @@ class Snapshotter:
             return
         self._learn(table)
         condition = self.condition(item, table)
+        if isinstance(condition, Rejected):
+            self._refuse(item, condition)
+            return
         self._begin(item, table, condition, after)
         chunk = self.reader.chunk(item.table, condition, after, self.chunk_size, watermark)
         if not ChunkWindow.admits(chunk.xids, recent_xids):
@@ -555,7 +572,7 @@ class Snapshotter:
         """A watermark reached the stream: at the high watermark of the chunk in flight, write its rows."""
         content = control.decode(message.content)
         current = self.window
-        if content is None or current is None or current.window.until is not None:
+        if isinstance(content, Rejected) or current is None or current.window.until is not None:
             return  # a read-only window has no watermark: another cdcd's (another slot's) passes by
         if content.get("id") != current.window.watermark or content.get("mark") != "high":
             return
@@ -585,25 +602,41 @@ class Snapshotter:
         self.window = None
 
     def request(self, message: LogicalMessage, captured: Sequence[str]) -> None:
+        """A `cdcd snapshot` request in the stream (any database role can write one): queued when it is signed with
+        this cdcd's request key and asks for what cdcd may do; anything else is logged, counted and passed by."""
+        try:
+            refused = self._request(message, captured)
+        except Exception as exc:  # a defect must not stop the stream: the message is passed by all the same
+            log.exception("snapshot request not understood", lsn=message.lsn)
+            refused = Rejected("internal", f"{type(exc).__name__}: {exc}")
+        if refused is not None:
+            log.warning("snapshot request refused", lsn=message.lsn, reason=refused.detail)
+            self.rejections.add("wal", refused.reason)
+
+    def _request(self, message: LogicalMessage, captured: Sequence[str]) -> Rejected | None:
         content = control.decode(message.content)
-        if content is None:
-            log.warning("ignoring a malformed snapshot request", lsn=message.lsn)
-            return
-        if content.get("slot") != self.store.slot:
-            return
-        table = str(content.get("table"))
-        if table not in captured:
-            log.error(
-                "snapshot request for a table cdcd does not capture; ignored", table=table, captured=list(captured)
-            )
-            return
-        where = content.get("where") or None
-        item = TableProgress(table, "incremental", where, id=str(content.get("id") or uuid.uuid4().hex[:12]))
+        if isinstance(content, Rejected) or content.get("slot") != self.store.slot:
+            return content if isinstance(content, Rejected) else None  # another slot's: another cdcd's to act on
+        if self.request_key is None:
+            return Rejected("requests_off", "snapshot requests in the WAL are off (snapshot.requests)")
+        body = control.verify(content, self.request_key)
+        if isinstance(body, Rejected):
+            return body
+        table, where, request_id = body.get("table"), body.get("where"), body.get("id")
+        if not isinstance(table, str) or table not in captured:
+            return Rejected("not_captured", f"table {str(table)[: untrusted.MAX_NAME]!r} is not captured")
+        if (where is not None and not isinstance(where, str)) or not isinstance(request_id, str) or not request_id:
+            return Rejected("invalid", "a request's where must be text or null, its id text")
+        condition = untrusted.condition(where) if where else None
+        if isinstance(condition, Rejected):
+            return condition
+        item = TableProgress(table, "incremental", condition, id=request_id[:64])
         if item.id in self.state.finished or any(p.id == item.id for p in self.state.queue):
-            return  # the request was replayed after a restart
+            return None  # the request was replayed after a restart
         if self.state.enqueue(item):
             self.store.save(self.state)
             log.info("incremental snapshot queued", table=table, where=item.where, id=item.id)
+        return None
 
     def captured_more(self, tables: Sequence[str], snapshot: bool) -> None:
         """Tables newly captured while streaming (added to a publication by pattern): known from now on, and queued
@@ -622,12 +655,24 @@ class Snapshotter:
         parsed = signals.parse(record.key, record.value, name, f"signal-{record.partition}-{record.offset}")
         self.state.signal_offsets[str(record.partition)] = record.offset + 1
         where = {"partition": record.partition, "offset": record.offset}
-        if isinstance(parsed, Ignored):
-            (log.info if parsed.elsewhere else log.warning)("signal record skipped", reason=parsed.reason, **where)
-        else:
+        if not isinstance(parsed, Ignored):
             log.info("signal received", type=type(parsed).__name__, id=parsed.id, **where)
-            self._act(parsed, captured)
+        ignored = parsed if isinstance(parsed, Ignored) else self._acted(parsed, captured)
+        if ignored is not None:
+            (log.info if ignored.elsewhere else log.warning)("signal record skipped", reason=ignored.reason, **where)
+            if not ignored.elsewhere:
+                self.rejections.add("signal", ignored.label)
+            if ignored.id is not None and self.notices is not None:
+                self.notices.aborted(ignored.id, [])
         self.store.save(self.state)
+
+    def _acted(self, signal: Signal, captured: Sequence[str]) -> Ignored | None:
+        try:
+            self._act(signal, captured)
+        except Exception as exc:  # a defect must not stop the stream: the record is passed by all the same
+            log.exception("signal not understood", id=signal.id)
+            return Ignored(f"{type(exc).__name__}: {exc}", label="internal")
+        return None
 
     def _act(self, signal: Signal, captured: Sequence[str]) -> None:
         if isinstance(signal, ExecuteSnapshot):
@@ -682,6 +727,12 @@ class Snapshotter:
             tell = self.notices.paused if pause else self.notices.resumed
             for snapshot in dict.fromkeys(p.snapshot for p in self.state.queue):
                 tell(snapshot, self._tables_of(snapshot))
+
+
+def all_of(conditions: Sequence[str | None]) -> str | None:
+    """The conditions given (SQL, each whole), ANDed; None when there is none."""
+    present = [c for c in conditions if c]
+    return " AND ".join(f"({c})" for c in present) if present else None
 
 
 def _meter_id(item: TableProgress) -> str:

@@ -8,17 +8,22 @@ A signal record is keyed by the connector's name (cdcd's ``kafka.topic_prefix``)
 
 ``stop-snapshot`` takes the same ``data`` (``data-collections`` optional: none stops every incremental
 snapshot), ``pause-snapshot`` and ``resume-snapshot`` none, ``log`` a ``message``. ``data`` may also be a JSON
-string, as in Debezium's signal table. Whatever else a record holds is ``Ignored`` with the reason: logged and
-skipped, never an error.
+string, as in Debezium's signal table. Whatever else a record holds is ``Ignored`` with the reason: logged, counted
+and skipped, never an error. Anyone who may write to the topic can send a record, so its JSON, patterns and
+conditions are read with ``cdcd.snapshot.untrusted``'s bounds: a pattern is an RE2 expression (linear time), a
+condition one expression of the row-filter grammar, rendered by cdcd.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from cdcd.snapshot import untrusted
+from cdcd.snapshot.untrusted import Rejected
+
+MAX_COLLECTIONS = 1000  # data collections (and additional conditions) one signal may name
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,8 @@ class Ignored:
 
     reason: str
     elsewhere: bool = False  # addressed to another connector (a shared signal topic): not worth a warning
+    label: str = "invalid"  # the reason's kind, as cdcd_control_rejected_total counts it
+    id: str | None = None  # the snapshot it would have been, when known: told ABORTED
 
 
 Signal = ExecuteSnapshot | StopSnapshot | PauseSnapshot | ResumeSnapshot | LogSignal
@@ -100,7 +107,10 @@ def parse(key: bytes | None, value: bytes | None, name: str, default_id: str) ->
     if isinstance(data, Ignored):
         return data
     if kind == "execute-snapshot":
-        return _execute(signal_id, data)
+        executed = _execute(signal_id, data)
+        if isinstance(executed, Ignored):
+            return Ignored(executed.reason, label=executed.label, id=signal_id)
+        return executed
     if kind == "stop-snapshot":
         return _stop(signal_id, data)
     if kind == "pause-snapshot":
@@ -123,11 +133,12 @@ def _data(raw: Any) -> dict[str, Any] | Ignored:
 
 
 def _json_object(text: str | bytes, what: str) -> dict[str, Any] | Ignored:
-    try:
-        document = json.loads(text)
-    except ValueError as exc:
-        return Ignored(f"its {what} is not JSON: {exc}")
-    return document if isinstance(document, dict) else Ignored(f"its {what} is not a JSON object")
+    document = untrusted.json_object(text, what)
+    return _ignored(document) if isinstance(document, Rejected) else document
+
+
+def _ignored(rejected: Rejected) -> Ignored:
+    return Ignored(rejected.detail, label=rejected.reason)
 
 
 def _snapshot_type(data: dict[str, Any]) -> Ignored | None:
@@ -145,6 +156,11 @@ def _collections(data: dict[str, Any], required: bool) -> tuple[str, ...] | Igno
         raw = [raw]
     if not isinstance(raw, list) or not raw or not all(isinstance(c, str) and c for c in raw):
         return Ignored("data-collections must be a non-empty list of table names")
+    if len(raw) > MAX_COLLECTIONS:
+        return Ignored(f"data-collections names {len(raw)} (at most {MAX_COLLECTIONS})", label="too_large")
+    for pattern in raw:
+        if isinstance(matcher := untrusted.pattern(pattern), Rejected):
+            return _ignored(matcher)
     return tuple(raw)
 
 
@@ -167,6 +183,8 @@ def _conditions(data: dict[str, Any]) -> tuple[tuple[str, str], ...] | Ignored:
     raw = data.get("additional-conditions", [])
     if not isinstance(raw, list):
         return Ignored("additional-conditions must be a list of {data-collection, filter}")
+    if len(raw) > MAX_COLLECTIONS:
+        return Ignored(f"additional-conditions has {len(raw)} (at most {MAX_COLLECTIONS})", label="too_large")
     out = []
     for item in raw:
         if not isinstance(item, dict):
@@ -174,8 +192,13 @@ def _conditions(data: dict[str, Any]) -> tuple[tuple[str, str], ...] | Ignored:
         collection, condition = item.get("data-collection"), item.get("filter")
         if not isinstance(collection, str) or not collection or not isinstance(condition, str):
             return Ignored("each additional condition needs a data-collection and a filter")
+        if isinstance(matcher := untrusted.pattern(collection), Rejected):
+            return _ignored(matcher)
         if condition.strip():
-            out.append((collection, condition))
+            rendered = untrusted.condition(condition)
+            if isinstance(rendered, Rejected):
+                return _ignored(rendered)
+            out.append((collection, rendered))
     return tuple(out)
 
 
@@ -190,12 +213,7 @@ def _stop(signal_id: str, data: dict[str, Any]) -> StopSnapshot | Ignored:
 def matches(pattern: str, table: str) -> bool:
     """A data collection of a signal names ``table``: the same name, or a regular expression matching all of it
     (as Debezium's). A pattern that is not a regular expression matches only its own name."""
-    if pattern == table:
-        return True
-    try:
-        return re.fullmatch(pattern, table) is not None
-    except re.error:
-        return False
+    return untrusted.names(pattern, table)
 
 
 def select(patterns: Sequence[str], tables: Sequence[str]) -> list[str]:
@@ -207,7 +225,7 @@ def select(patterns: Sequence[str], tables: Sequence[str]) -> list[str]:
 
 
 def condition_for(table: str, conditions: Sequence[tuple[str, str]]) -> str | None:
-    """The filters of ``conditions`` for ``table``, ANDed (None: no condition)."""
+    """The filters of ``conditions`` for ``table`` (each as cdcd rendered it), ANDed (None: no condition)."""
     found = [f for collection, f in conditions if matches(collection, table)]
     if not found:
         return None

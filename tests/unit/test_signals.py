@@ -400,7 +400,10 @@ def test_a_table_without_a_key_is_reported_and_the_snapshot_completes(tmp_path: 
 def test_a_stopped_snapshot_counts_as_finished(tmp_path: Path) -> None:
     """A `cdcd snapshot` request the stream sends again after a restart is not queued again once stopped."""
     snapshotter = _snapshotter(tmp_path, FakeReader({"public.a": 5}))
-    request = control.encode({"slot": "slot", "table": "public.a", "where": None, "id": "req1"})
+    snapshotter.request_key = b"k" * 32
+    request = control.encode(
+        control.signed({"slot": "slot", "table": "public.a", "where": None, "id": "req1"}, b"k" * 32)
+    )
     message = LogicalMessage(True, 50, control.REQUEST_PREFIX, request.encode())
     snapshotter.request(message, ["public.a"])
     snapshotter.signal(_record(0, {"type": "stop-snapshot"}), NAME, [])

@@ -157,7 +157,9 @@ def test_cdcd_snapshot_on_a_standby_needs_the_primary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(reader_module, "connect", lambda *args, **kwargs: Standby())
-    code = cli._request_snapshot(load_settings(run_config(tmp_path, {})), "public.t", None)
+    settings = load_settings(run_config(tmp_path, {}))
+    settings.snapshot.request_key(create=True)  # as `cdcd run` made it
+    code = cli._request_snapshot(settings, "public.t", None)
     assert code == EXIT_CONFIG
     assert INCREMENTAL_NEEDS_PRIMARY in capsys.readouterr().err
 
