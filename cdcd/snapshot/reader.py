@@ -378,7 +378,8 @@ class SnapshotReader:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         try:
             # the first statement takes the transaction's snapshot; the position is read after it
-            xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
+            snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0]  # type: ignore[index]
+            xids = SnapshotXids.parse(snapshot, running_known=not self.standby)
             at = wal_position(conn) if position else None
             table = describe(conn, name)
             rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit), self.read_row))

@@ -32,6 +32,11 @@ position on a primary, the replay position on a standby). The window closes once
 * Every transaction after L is invisible to S: closing late (after more frames) only drops rows the stream
   carries anyway, and every such transaction emitted after the rows follows them correctly.
 * Transactions emitted before the window opened: ``admits``, as with watermarks.
+* On a hot standby ``pg_current_snapshot()`` shows no running transaction (PostgreSQL keeps the primary's in the
+  snapshot's subxip), so which of the transactions between xmin and xmax S saw is not known: each of them touches
+  the window (``SnapshotXids.unseen``). Dropping a row for a transaction S saw is safe: that transaction is emitted
+  in the window, before the rows, and the last such change to the row holds the state S read. ``admits`` needs no
+  such care there: the standby replays a commit (and its snapshots see it) before its walsender decodes it.
 
 Debezium's read-only mode for PostgreSQL (``PostgresReadOnlyIncrementalSnapshotChangeEventSource``) takes
 ``pg_current_snapshot()`` before and after the chunk and opens and closes the window by comparing each event's
@@ -128,7 +133,7 @@ class ChunkWindow:
     def concerns(self, xid: int) -> bool:
         """Whether the changes of committed transaction ``xid`` must be shown to ``observe``: every one's, unless
         read-only, where only those the chunk's snapshot did not see."""
-        return self.snapshot is None or self.snapshot.invisible(xid)
+        return self.snapshot is None or self.snapshot.unseen(xid)
 
     def reached(self, position: int) -> bool:
         """Whether the stream, having come to ``position`` (everything committed before it emitted), closes this

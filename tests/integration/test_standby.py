@@ -15,6 +15,8 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
+from cdcd.snapshot.reader import SnapshotReader
+from cdcd.snapshot.window import ChunkWindow
 from tests.integration.conftest import VERSIONS, Database, PgServer
 from tests.integration.kafka_harness import Run, delete_topics
 from tests.integration.test_check import run_cdcd
@@ -220,3 +222,39 @@ def test_a_read_only_incremental_snapshot_on_a_standby_needs_no_primary(pair: Pa
         assert run.stop() == 0
     finally:
         delete_topics(run.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], (signals,))
+
+
+@pytest.mark.parametrize("pair", ["18"], indirect=True, ids=["pg18"])
+def test_a_chunk_read_on_a_standby_has_not_seen_what_runs_on_the_primary(pair: Pair, standby_run: StandbyRun) -> None:
+    """A transaction held open on the primary across a chunk read on the standby: pg_current_snapshot() on the
+    standby does not list it (PostgreSQL keeps the primary's running transactions in the snapshot's subxip), so
+    cdcd counts every transaction from the snapshot's xmin on as unseen, and the window drops the row it updates
+    rather than writing the stale chunk row after the update."""
+    primary, standby = standby_run.writer, standby_run.db
+    with psycopg.connect(primary.dsn()) as held:
+        xid = held.execute("UPDATE items SET v = 'held' WHERE id = 1 RETURNING pg_current_xact_id()::text::bigint")
+        running = int(xid.fetchone()[0]) & 0xFFFFFFFF  # type: ignore[index]
+        primary.execute("UPDATE items SET v = 'later' WHERE id = 2")  # commits after it: xmax passes it
+        primary.execute("SELECT pg_log_standby_snapshot()")  # the standby learns what runs on the primary
+        at = primary.execute("SELECT pg_current_wal_lsn()")[0][0]
+        wait(lambda: standby.execute("SELECT pg_last_wal_replay_lsn() >= %s", [at])[0][0], "the standby to replay")
+        reader = SnapshotReader(standby.dsn(), None, "unused", read_only=True, standby=True)
+        try:
+            chunk = reader.chunk("public.items", None, None, 10, "wm")
+        finally:
+            reader.close()
+    assert chunk.xids.xmin <= running < chunk.xids.xmax
+    assert running not in chunk.xids.xip, "PostgreSQL lists the primary's running transactions on a standby now"
+    assert chunk.xids.unseen(running)
+    relation = chunk.table.relation
+    window = ChunkWindow.open(
+        ("public", "items"),
+        relation,
+        chunk.table.key_columns,
+        chunk.rows,
+        "wm",
+        until=chunk.position,
+        snapshot=chunk.xids,
+    )
+    assert window.concerns(running)
+    assert not window.concerns((chunk.xids.xmin - 1) & 0xFFFFFFFF)

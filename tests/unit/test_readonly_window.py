@@ -66,6 +66,16 @@ def test_only_transactions_the_snapshot_did_not_see_touch_a_read_only_window() -
     assert all(_window().concerns(x) for x in (99, 101, 105))  # the DBLog window: every transaction in it
 
 
+def test_on_a_standby_every_transaction_from_xmin_on_may_be_unseen() -> None:
+    """A standby's pg_current_snapshot() lists no running transaction (755 ran on the primary: the primary said
+    755:757:755, the standby 755:757:): each transaction at or after xmin touches the window, none before."""
+    standby = SnapshotXids.parse("755:757:", running_known=False)
+    window = _window(until=UNTIL, snapshot=standby)
+    assert [x for x in (754, 755, 756, 757, 4000) if window.concerns(x)] == [755, 756, 757, 4000]
+    assert ChunkWindow.admits(standby, [754, 755, 756])  # emitted ones were replayed first: visible to it
+    assert not ChunkWindow.admits(standby, [757])
+
+
 def test_a_read_only_window_closes_once_the_stream_passed_its_position() -> None:
     window = _window(until=UNTIL, snapshot=SnapshotXids.parse(SNAPSHOT))
     assert (window.reached(UNTIL - 1), window.reached(UNTIL), window.reached(UNTIL + 8)) == (False, True, True)
