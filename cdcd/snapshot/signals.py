@@ -101,15 +101,16 @@ def parse(key: bytes | None, value: bytes | None, name: str, default_id: str) ->
     document = _json_object(value, "value")
     if isinstance(document, Ignored):
         return document
-    kind, signal_id = document.get("type"), document.get("id")
-    signal_id = str(signal_id) if isinstance(signal_id, str | int) and str(signal_id) else default_id
+    kind, own_id = document.get("type"), document.get("id")
+    own_id = str(own_id) if isinstance(own_id, str | int) and str(own_id) else None
+    signal_id = own_id or default_id
     data = _data(document.get("data"))
     if isinstance(data, Ignored):
         return data
     if kind == "execute-snapshot":
         executed = _execute(signal_id, data)
-        if isinstance(executed, Ignored):
-            return Ignored(executed.reason, label=executed.label, id=signal_id)
+        if isinstance(executed, Ignored):  # a requester that gave an id is watching for it: told ABORTED
+            return Ignored(executed.reason, label=executed.label, id=own_id)
         return executed
     if kind == "stop-snapshot":
         return _stop(signal_id, data)
