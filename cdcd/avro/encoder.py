@@ -780,13 +780,22 @@ _DEFAULTS: Final[dict[str, Datum]] = {
 }
 
 
+# Debezium's zero of the string-typed logical types whose empty string is no value (checked against Debezium 3.6.3:
+# a consumer that parses the field, as the Spark mirror does, cannot read '')
+_STRING_DEFAULTS: Final[dict[str, str]] = {
+    "io.debezium.time.ZonedTimestamp": "1970-01-01T00:00:00Z",
+    "io.debezium.time.ZonedTime": "00:00:00Z",
+}
+
+
 def default_value(col: ColumnSchema) -> tuple[bytes, Datum]:
     """What Debezium writes for a NOT NULL column whose value a key-only old row lacks: the type's zero (``''``,
-    0, false, an empty array), encoded and as a datum."""
+    0, false, an empty array; the epoch for a timestamptz, midnight UTC for a timetz), encoded and as a datum."""
     m = col.mapping
     branch = m.branches[0]
     decimal = m.kind == "bytes" and isinstance(branch, dict) and branch.get("logicalType") == "decimal"
-    datum = b"\x00" if decimal else _DEFAULTS[m.kind]
+    zero = _STRING_DEFAULTS.get(branch.get("connect.name", "")) if isinstance(branch, dict) else None
+    datum = b"\x00" if decimal else _DEFAULTS[m.kind] if zero is None else zero
     encoded = _array_writer(m, False)(datum) if m.kind == "array" else _KIND_WRITERS[m.kind](datum)
     return encoded, datum
 

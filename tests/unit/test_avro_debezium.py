@@ -172,3 +172,30 @@ def test_the_debezium_envelope_is_what_fastavro_writes(  # noqa: PLR0917 - the g
         assert read["unchanged_toast"] == ["note"]  # type: ignore[index,call-overload]
     value = next(f for f in schemas.value["fields"] if f["name"] == "note")
     assert value["type"] == "string"
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_a_key_only_before_image_holds_debeziums_zero_of_each_not_null_type(native: bool) -> None:
+    """A delete under the default replica identity sends the key alone: Debezium fills the other NOT NULL columns
+    with its placeholder zero. A timestamptz's and a timetz's are times, not '' (which the Spark mirror, casting
+    the field, cannot read)."""
+    relation = Relation(
+        8,
+        "shop",
+        "events",
+        "d",
+        (
+            Column("id", 20, -1, True),
+            Column("at", 1184, -1, False, True),
+            Column("at_time", 1266, -1, False, True),
+            Column("note", 25, -1, False, True),
+            Column("n", 23, -1, False, True),
+        ),
+    )
+    schemas = build_schemas(relation, "p", debezium=True)
+    encoder = EnvelopeEncoder(schemas, stage=STAGE if native else None)
+    source = SourceInfo("3.6", "db", 1_714_732_496_500_000, "false", 5, 99, 42, None)
+    written = encoder.encode_value("d", ("7", None, None, None, None), None, source, 99, 1, None)
+    read = fastavro.schemaless_reader(io.BytesIO(written), fastavro.parse_schema(_schema_of(schemas.envelope)), None)
+    before = read["before"]  # type: ignore[call-overload,index]
+    assert before == {"id": 7, "at": "1970-01-01T00:00:00Z", "at_time": "00:00:00Z", "note": "", "n": 0}
