@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq, sql
-from psycopg.errors import error_from_result
+from psycopg.errors import UndefinedTable, error_from_result
 from psycopg.generators import fetch_many
 
 from cdcd.config import ConfigError, SourceSettings
@@ -334,6 +334,8 @@ class SnapshotReader:
             raise
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
+        except UndefinedTable:  # dropped between its description and its lock
+            raise TableGone(f"table {name} does not exist") from None
         except (psycopg.Error, ValueError) as exc:
             raise SourceError(f"cannot read a chunk of {name}: {_first(exc)}") from None
 

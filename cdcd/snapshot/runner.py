@@ -490,7 +490,11 @@ class Snapshotter:
             return
         after = self.cursors.get(item.id, item.last_key)
         watermark = uuid.uuid4().hex
-        table = self.reader.describe(item.table)
+        try:
+            table = self.reader.describe(item.table)
+        except LookupError:  # the reader's TableGone
+            self._gone(item)
+            return
         if not table.key_columns:
             if item.resumed_initial:
                 raise SnapshotError(
@@ -509,7 +513,11 @@ class Snapshotter:
         self._learn(table)
         condition = self.condition(item, table)
         self._begin(item, table, condition, after)
-        chunk = self.reader.chunk(item.table, condition, after, self.chunk_size, watermark)
+        try:
+            chunk = self.reader.chunk(item.table, condition, after, self.chunk_size, watermark)
+        except LookupError:  # dropped since it was described
+            self._gone(item)
+            return
         if not ChunkWindow.admits(chunk.xids, recent_xids):
             log.debug(
                 "chunk snapshot misses a transaction the stream already emitted; reading it again", table=item.table
@@ -524,6 +532,22 @@ class Snapshotter:
         )
         last = key_values(relation, chunk.table.key_columns, rows[-1]) if rows else after
         self.window = _Open(item, window, relation, last, len(rows) < self.chunk_size)
+
+    def _gone(self, item: TableProgress) -> None:
+        """A queued table that no longer exists leaves the queue (its snapshot ends unfinished); cdcd goes on."""
+        log.warning(
+            "a table queued for a snapshot no longer exists: its snapshot is dropped",
+            table=item.table,
+            id=item.id,
+            rows_done=item.rows,
+        )
+        self._table_done(item, "UNKNOWN_SCHEMA")
+        self.state.finish(item)
+        self.cursors.pop(item.id, None)
+        meter = self.meters.tables.get(item.table)
+        if meter is not None and meter.id == _meter_id(item):
+            del self.meters.tables[item.table]
+        self.store.save(self.state)
 
     @property
     def watching(self) -> bool:
