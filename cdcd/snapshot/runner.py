@@ -268,13 +268,18 @@ class Snapshotter:
 
     def _start_initial(self, item: TableProgress) -> tuple[Table, str | None] | None:
         """An initial table about to be read: described (its types learnt), its condition, its start announced.
-        None for a table the exported snapshot does not hold: created after its consistent point (published from
-        its creation, as a schema's tables are), all its rows come from the stream; it leaves the queue."""
+        None for a table the exported snapshot does not hold by that name: created after its consistent point, or
+        renamed or moved into a published schema since (then it had rows the stream never sends); it is queued
+        for an incremental snapshot instead."""
         try:
             table = self.reader.describe(item.table)
         except LookupError:  # the reader's TableGone
-            log.info("table not in the exported snapshot: its rows come from the stream", table=item.table)
-            self.state.queue.remove(item)
+            log.warning(
+                "table not in the exported snapshot (created, renamed or moved since): queued for an incremental"
+                " snapshot",
+                table=item.table,
+            )
+            item.kind = "incremental"
             return None
         self._learn(table)
         condition = self.condition(item, table)
