@@ -197,6 +197,8 @@ class ReplicationLoop:
                 replace_lost=request.replace_lost,
                 must_exist=request.must_exist,
             )
+            if info.slot_created and not source.temporary_slot:
+                self._save_plan(walsender, info, store, saved)
             self.core = None
             try:
                 with contextlib.suppress(_Stopped):
@@ -211,9 +213,27 @@ class ReplicationLoop:
                 self._send_status(walsender, self.core)
             self._save_positions()
 
+    def _save_plan(
+        self, walsender: Walsender, info: SessionInfo, store: StateStore, saved: SnapshotState | None
+    ) -> None:
+        """The snapshot plan of the slot created now, saved before anything else can fail (Kafka away, a stop, a
+        lost connection, a kill): a restart resumes it, never finds the slot without state. A plan that cannot
+        be saved drops the slot."""
+        try:
+            captured = walsender.captured_tables()
+            snapshot = self.settings.snapshot
+            plan = start_state(None, store.slot, snapshot.mode, info.consistent_point, captured)
+            plan.fresh_slot = True
+            plan.signal_offsets = {} if saved is None else dict(saved.signal_offsets)
+            store.save(plan)
+        except BaseException:
+            walsender.drop_slot()
+            raise
+
     def _serve(self, walsender: Walsender, info: SessionInfo, store: StateStore, saved: SnapshotState | None) -> None:
         source, mode = walsender.settings, self.settings.snapshot.mode
-        committed = self.sink.committed(source.slot, info.system_id, info.slot_created, self._beat_unless_stopped)
+        fresh = info.slot_created or (saved is not None and saved.fresh_slot)  # nothing was written from the slot
+        committed = self.sink.committed(source.slot, info.system_id, fresh, self._beat_unless_stopped)
         if committed is not None:
             self.ledger.resume_at(committed.flush_lsn)
             saved = committed_snapshot(committed, saved, source.slot)

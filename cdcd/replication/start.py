@@ -31,7 +31,7 @@ class SlotRequest:
 def slot_request(mode: str, saved: SnapshotState | None, state_path: Path) -> SlotRequest:
     """``mode``: snapshot.mode; ``saved``: the snapshot state of an earlier run (None: none, or a temporary slot)."""
     must_exist = None
-    if saved is not None and mode != "when_needed":
+    if saved is not None and not saved.fresh_slot and mode != "when_needed":
         must_exist = f"{state_path} shows cdcd streamed from it"
     return SlotRequest(export_snapshot=mode != "never", replace_lost=mode == "when_needed", must_exist=must_exist)
 

@@ -32,7 +32,7 @@ from cdcd.snapshot.copy import RowReader, RowsReader, row_reader, rows_reader
 from cdcd.snapshot.position import wal_position
 from cdcd.snapshot.ranges import INTEGER_TYPES, histogram_cuts, integer_cuts, key_ranges
 from cdcd.snapshot.xids import SnapshotXids
-from cdcd.source.catalog import ancestors, describe_table, enum_labels, index_columns, table_facts
+from cdcd.source.catalog import ancestors, captured_tables, describe_table, enum_labels, index_columns, table_facts
 from cdcd.source.primary import Primary
 from cdcd.source.standby import INCREMENTAL_NEEDS_PRIMARY, in_recovery, wait_replayed
 from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts, connect
@@ -82,15 +82,6 @@ class ChunkRead:
 def _split(name: str) -> tuple[str, str]:
     schema, table = name.split(".")
     return schema, table
-
-
-def captured_tables(conn: Conn, publications: Sequence[str]) -> list[str]:
-    """``schema.table`` of every table the publications publish (partition roots under publish_via_partition_root)."""
-    rows = conn.execute(
-        "SELECT DISTINCT schemaname, tablename FROM pg_publication_tables WHERE pubname = ANY(%s) ORDER BY 1, 2",
-        [list(publications)],
-    ).fetchall()
-    return [f"{s}.{t}" for s, t in rows]
 
 
 def describe(conn: Conn, name: str) -> SnapshotTable:

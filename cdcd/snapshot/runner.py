@@ -773,6 +773,7 @@ def start_state(
             )
     if state.initial == "running":
         state.initial = "done"
+    state.fresh_slot = False
     if mode in ("initial", "when_needed") and new_tables:
         for table in captured:
             if table not in state.known_tables and state.enqueue(TableProgress(table, "incremental")):

@@ -58,6 +58,9 @@ class SnapshotState:
     finished: list[str] = field(default_factory=list)  # ids of finished snapshots (latest 100)
     paused: bool = False  # incremental snapshots paused by a signal (pause-snapshot until resume-snapshot)
     signal_offsets: dict[str, int] = field(default_factory=dict)  # signal topic partition -> next offset to act on
+    # The plan saved as the slot was created, before the session's first start: nothing was written from the
+    # slot yet (nothing is in Kafka; a progress topic's record is an older slot's)
+    fresh_slot: bool = False
 
     def enqueue(self, progress: TableProgress) -> bool:
         """Queue a snapshot unless the same table with the same condition is already queued."""

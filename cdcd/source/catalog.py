@@ -1,5 +1,6 @@
 """Catalog reads and publication management on a regular (non-replication) connection.
 
+* ``captured_tables``: the tables the publications publish.
 * ``describe_tables``: columns, types, collations and replica identity, for the row-filter checks.
 * ``read_publication``: the server's definition of a publication the config names without defining it.
 * ``sync_publications``: with ``source.manage_publications``, create or alter each defined publication to match
@@ -40,6 +41,15 @@ class PublicationError(RuntimeError):
 def _split(name: str) -> tuple[str, str]:
     schema, table = name.split(".")
     return schema, table
+
+
+def captured_tables(conn: Conn, publications: Sequence[str]) -> list[str]:
+    """``schema.table`` of every table the publications publish (partition roots under publish_via_partition_root)."""
+    rows = conn.execute(
+        "SELECT DISTINCT schemaname, tablename FROM pg_publication_tables WHERE pubname = ANY(%s) ORDER BY 1, 2",
+        [list(publications)],
+    ).fetchall()
+    return [f"{s}.{t}" for s, t in rows]
 
 
 def describe_tables(conn: Conn, names: Sequence[str]) -> dict[str, TableInfo | None]:
