@@ -220,9 +220,9 @@ class ReplicationLoop:
         lost connection, a kill): a restart resumes it, never finds the slot without state. A plan that cannot
         be saved drops the slot."""
         try:
-            captured = walsender.captured_tables()
-            snapshot = self.settings.snapshot
-            plan = start_state(None, store.slot, snapshot.mode, info.consistent_point, captured)
+            relations = walsender.captured_relations()
+            mode, point = self.settings.snapshot.mode, info.consistent_point
+            plan = start_state(None, store.slot, mode, point, list(relations), relations=relations)
             plan.fresh_slot = True
             plan.signal_offsets = {} if saved is None else dict(saved.signal_offsets)
             store.save(plan)
@@ -280,10 +280,13 @@ class ReplicationLoop:
             primary=walsender.primary if info.standby else None,
         )
         try:
-            self._captured = reader.captured_tables([p.name for p in source.publications])
+            relations = reader.captured_relations([p.name for p in source.publications])
+            self._captured = list(relations)
             created = info.consistent_point if info.slot_created else None
             new_tables = self.settings.snapshot.new_tables
-            state = start_state(saved, source.slot, mode, created, self._captured, new_tables=new_tables)
+            state = start_state(
+                saved, source.slot, mode, created, self._captured, new_tables=new_tables, relations=relations
+            )
             state.signal_offsets = state.signal_offsets or dict(signal_offsets)
             store.save(state)
             self._save_positions()

@@ -32,7 +32,15 @@ from cdcd.snapshot.copy import RowReader, RowsReader, row_reader, rows_reader
 from cdcd.snapshot.position import wal_position
 from cdcd.snapshot.ranges import INTEGER_TYPES, histogram_cuts, integer_cuts, key_ranges
 from cdcd.snapshot.xids import SnapshotXids
-from cdcd.source.catalog import ancestors, captured_tables, describe_table, enum_labels, index_columns, table_facts
+from cdcd.source.catalog import (
+    ancestors,
+    captured_relations,
+    captured_tables,
+    describe_table,
+    enum_labels,
+    index_columns,
+    table_facts,
+)
 from cdcd.source.primary import Primary
 from cdcd.source.standby import INCREMENTAL_NEEDS_PRIMARY, in_recovery, wait_replayed
 from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts, connect
@@ -210,6 +218,9 @@ class SnapshotReader:
 
     def captured_tables(self, publications: Sequence[str]) -> list[str]:
         return self._guard(lambda: captured_tables(self.conn, publications))
+
+    def captured_relations(self, publications: Sequence[str]) -> dict[str, int]:
+        return self._guard(lambda: captured_relations(self.conn, publications))
 
     def describe(self, name: str) -> SnapshotTable:
         return self._guard(lambda: describe(self.conn, name))

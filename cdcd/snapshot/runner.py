@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -500,6 +500,7 @@ class Snapshotter:
         except LookupError:  # the reader's TableGone
             self._gone(item)
             return
+        item.relation_id = table.relation.relation_id  # kept in the state: a restart finds it renamed by it
         if not table.key_columns:
             if item.resumed_initial:
                 raise SnapshotError(
@@ -738,8 +739,10 @@ def start_state(
     captured: Sequence[str],
     *,
     new_tables: bool = True,
+    relations: Mapping[str, int] | None = None,
 ) -> SnapshotState:
     """What to snapshot at start. ``created``: the consistent point of a slot created now (None: it existed).
+    ``relations``: the captured tables' relation ids, by which a table renamed since the last start is known.
 
     A new slot (in modes initial, initial_only, when_needed) gets an initial snapshot of every captured table.
     An existing slot resumes what was saved: an initial snapshot that did not finish continues as incremental
@@ -747,12 +750,12 @@ def start_state(
     point). Tables captured since the last start get incremental snapshots (modes initial and when_needed, unless
     ``new_tables`` is off).
     """
-    snapshots = mode != "never"
+    snapshots, relations = mode != "never", dict(relations or {})
     if created is not None:
-        fresh = SnapshotState(slot=slot, known_tables=list(captured))
+        fresh = SnapshotState(slot=slot, known_tables=list(captured), known_relations=relations)
         if snapshots:
             fresh.initial, fresh.consistent_point = "running", created
-            fresh.queue = [TableProgress(t, "initial") for t in captured]
+            fresh.queue = [TableProgress(t, "initial", relation_id=relations.get(t)) for t in captured]
         return fresh
     if state is None:
         if snapshots:
@@ -761,7 +764,8 @@ def start_state(
                 " (use `cdcd snapshot --table` to snapshot a table)",
                 slot=slot,
             )
-        return SnapshotState(slot=slot, known_tables=list(captured))
+        return SnapshotState(slot=slot, known_tables=list(captured), known_relations=relations)
+    _follow_renames(state, relations)
     for item in state.queue:
         if item.kind == "initial":
             item.kind, item.resumed_initial = "incremental", True
@@ -775,8 +779,21 @@ def start_state(
         state.initial = "done"
     state.fresh_slot = False
     if mode in ("initial", "when_needed") and new_tables:
+        known = set(state.known_tables)
         for table in captured:
-            if table not in state.known_tables and state.enqueue(TableProgress(table, "incremental")):
+            if table in known or relations.get(table) in state.known_relations.values():
+                continue
+            if state.enqueue(TableProgress(table, "incremental", relation_id=relations.get(table))):
                 log.info("table newly captured: queued for an incremental snapshot", table=table)
-    state.known_tables = list(captured)
+    state.known_tables, state.known_relations = list(captured), relations
     return state
+
+
+def _follow_renames(state: SnapshotState, relations: Mapping[str, int]) -> None:
+    """Queued tables renamed (or moved to another schema) since the last start go on under their new names."""
+    names = {oid: name for name, oid in relations.items()}
+    for item in state.queue:
+        renamed = names.get(item.relation_id) if item.relation_id is not None else None
+        if renamed is not None and renamed != item.table:
+            log.info("a queued table was renamed: its snapshot follows it", table=renamed, was=item.table)
+            item.table = renamed

@@ -30,7 +30,7 @@ from cdcd.source.catalog import (
     PublicationError,
     add_new_tables,
     ancestors,
-    captured_tables,
+    captured_relations,
     enum_labels,
     prepare_filters,
     sync_publications,
@@ -379,9 +379,9 @@ class Walsender:
         except psycopg.Error as exc:
             raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
 
-    def captured_tables(self) -> list[str]:
-        """``schema.table`` of every table the publications publish, on the catalog connection."""
-        return self._catalog(lambda conn: captured_tables(conn, [p.name for p in self.settings.publications]))
+    def captured_relations(self) -> dict[str, int]:
+        """``schema.table`` of every table the publications publish, with its relation id (catalog connection)."""
+        return self._catalog(lambda conn: captured_relations(conn, [p.name for p in self.settings.publications]))
 
     def drop_slot(self) -> None:
         """Drop the slot (one this session created and cannot use); a failure is logged: the slot stays."""

@@ -623,3 +623,26 @@ def test_a_table_dropped_while_queued_leaves_the_queue_and_cdcd_streams_on(
     assert "a table queued for a snapshot no longer exists" in log
     assert "Traceback" not in log
     assert tail.stop() == 0
+
+
+def test_a_table_renamed_while_cdcd_was_stopped_is_not_snapshotted_again(
+    db: Database, tail_factory: Callable[..., Tail]
+) -> None:
+    """The state tracked tables by name: after a restart a renamed table was 'newly captured' and re-read in full."""
+    db.execute(
+        "CREATE TABLE r (id int PRIMARY KEY); INSERT INTO r SELECT generate_series(1, 10);"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE r"
+    )
+    tail = tail_factory().start()
+    tail.wait_for(lambda lines: len(lines) == 10)
+    assert tail.stop() == 0
+    tail.wait_slot_released()
+    db.execute("ALTER TABLE r RENAME TO r2; INSERT INTO r2 VALUES (11)")
+    tail.start()
+    lines = tail.wait_for(lambda lines: len(lines) >= 11)
+    tail.wait_streaming()
+    db.execute("INSERT INTO r2 VALUES (12)")
+    lines = tail.wait_for(lambda lines: any(line["after"]["id"] in (12, "12") for line in lines))
+    assert [(line["op"], line["table"]) for line in lines[10:]] == [("c", "r2"), ("c", "r2")]
+    assert "table newly captured" not in tail.log.read_text()
+    assert tail.stop() == 0

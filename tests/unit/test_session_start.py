@@ -38,8 +38,8 @@ class FakeWalsender:
         point, snapshot = (0x1000, "snap-1") if self.created else (None, None)
         return SessionInfo(1, "db", 170000, 4, "utf-8", self.created, "off", FilterPlan([]), "sys", point, snapshot)
 
-    def captured_tables(self) -> list[str]:
-        return ["public.t"]
+    def captured_relations(self) -> dict[str, int]:
+        return {"public.t": 16400}
 
     def drop_slot(self) -> None:
         FakeWalsender.dropped += 1
