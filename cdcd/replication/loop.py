@@ -304,6 +304,7 @@ class ReplicationLoop:
                 save_on_done=not self.sink.transactional,
                 notices=self._notices(),
                 parallel=self._parallel(reader),
+                renamed=partial(self._captured_name, reader),
             )
             if self.signals is not None:
                 self.signals.start(state.signal_offsets)
@@ -369,6 +370,11 @@ class ReplicationLoop:
             return
         self._positions_due = (now or time.monotonic()) + self.settings.source.status_interval_s
         self.store.save_positions(Positions(self.ledger.timeline, self.ledger.published_lsn, self._standby))
+
+    def _captured_name(self, reader: SnapshotReader, relation_id: int) -> str | None:
+        """The name a captured table has now, by its relation id (None: it is captured no longer)."""
+        relations = reader.captured_relations([p.name for p in self.settings.source.publications])
+        return next((name for name, oid in relations.items() if oid == relation_id), None)
 
     def _parallel(self, reader: SnapshotReader) -> Parallel | None:
         """The initial snapshot's connections when ``snapshot.parallelism`` > 1 (None: on ``reader``'s alone)."""

@@ -162,6 +162,7 @@ class Snapshotter:
     announced: set[str] = field(default_factory=set)  # snapshots whose STARTED was considered
     initial_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # the initial snapshot's notifications
     parallel: Parallel | None = None  # the initial snapshot on several connections; None: on ``reader``'s
+    renamed: Callable[[int], str | None] = lambda relation_id: None  # a captured table's name now, by relation id
 
     # -- shared -------------------------------------------------------------------------------------
 
@@ -495,9 +496,8 @@ class Snapshotter:
             return
         after = self.cursors.get(item.id, item.last_key)
         watermark = uuid.uuid4().hex
-        try:
-            table = self.reader.describe(item.table)
-        except LookupError:  # the reader's TableGone
+        table = self._describe(item)
+        if table is None:
             self._gone(item)
             return
         item.relation_id = table.relation.relation_id  # kept in the state: a restart finds it renamed by it
@@ -538,6 +538,19 @@ class Snapshotter:
         )
         last = key_values(relation, chunk.table.key_columns, rows[-1]) if rows else after
         self.window = _Open(item, window, relation, last, len(rows) < self.chunk_size)
+
+    def _describe(self, item: TableProgress) -> Table | None:
+        """``item``'s table, followed by relation id when renamed since it was queued; None: no longer captured."""
+        try:
+            return self.reader.describe(item.table)
+        except LookupError:  # the reader's TableGone
+            pass
+        name = None if item.relation_id is None else self.renamed(item.relation_id)
+        if name is None or name == item.table:
+            return None
+        log.info("a queued table was renamed: its snapshot follows it", table=name, was=item.table)
+        item.table = name
+        return self._describe(item)
 
     def _gone(self, item: TableProgress) -> None:
         """A queued table that no longer exists leaves the queue (its snapshot ends unfinished); cdcd goes on."""

@@ -427,6 +427,24 @@ def test_a_queued_table_dropped_meanwhile_leaves_the_queue_with_a_notification(t
     assert done == [("public.gone", "UNKNOWN_SCHEMA"), ("public.a", "SUCCEEDED")]
 
 
+def test_a_queued_table_renamed_meanwhile_is_followed_by_relation_id(tmp_path: Path) -> None:
+    reader = FakeReader({"public.new": 15})
+    snapshotter = _snapshotter(tmp_path, reader)
+    snapshotter.renamed = {16400: "public.new"}.get
+    snapshotter.state.enqueue(TableProgress("public.old", "incremental", relation_id=16400))
+    describe = reader.describe
+
+    def renamed(name: str) -> FakeTable:
+        if name == "public.old":
+            raise LookupError(f"table {name} does not exist")  # as the reader's TableGone
+        return describe(name)
+
+    reader.describe = renamed  # type: ignore[method-assign]
+    _run(snapshotter)
+    assert snapshotter.sink.rows == {"new": 15}  # type: ignore[attr-defined]
+    assert snapshotter.state.queue == []
+
+
 def test_a_stopped_snapshot_counts_as_finished(tmp_path: Path) -> None:
     """A `cdcd snapshot` request the stream sends again after a restart is not queued again once stopped."""
     snapshotter = _snapshotter(tmp_path, FakeReader({"public.a": 5}))
