@@ -54,7 +54,8 @@ def committed_snapshot(committed: Committed, saved: SnapshotState | None, slot: 
 def resumable(saved: SnapshotState | None, info: SessionInfo, slot: str) -> SnapshotState | None:
     """The saved state still applies, unless the slot was made anew (it was lost: its changes are gone)."""
     if saved is not None and info.slot_created:
-        log.error("the slot was lost or invalidated: changes it held are gone; snapshotting again", slot=slot)
+        if not saved.fresh_slot:  # else nothing was read from it: the plan of a slot dropped before it was used
+            log.error("the slot was lost or invalidated: changes it held are gone; snapshotting again", slot=slot)
         return None
     return saved
 
