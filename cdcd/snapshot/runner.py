@@ -273,8 +273,10 @@ class Snapshotter:
         renamed or moved into a published schema since (then it had rows the stream never sends); it is queued
         for an incremental snapshot instead."""
         try:
-            table = self.reader.describe(item.table)
+            table: Table | None = self.reader.describe(item.table)
         except LookupError:  # the reader's TableGone
+            table = None
+        if table is None or item.relation_id not in (None, table.relation.relation_id):  # its name was another's
             log.warning(
                 "table not in the exported snapshot (created, renamed or moved since): queued for an incremental"
                 " snapshot",
@@ -374,9 +376,12 @@ class Snapshotter:
             meter = self.meters.tables.get(item.table)
             count = parts_for(meter.estimated if meter is not None else None, self.chunk_size, parallel.connections)
             ranges = parallel.split(table, condition, count) if table.key_columns and item.last_key is None else []
-            pieces = [item]
+            pieces, oid = [item], item.relation_id
             if len(ranges) > 1:
-                pieces = [TableProgress(item.table, "initial", item.where, group=item.id, key_range=r) for r in ranges]
+                pieces = [
+                    TableProgress(item.table, "initial", item.where, group=item.id, key_range=r, relation_id=oid)
+                    for r in ranges
+                ]
                 at = self.state.queue.index(item)
                 self.state.queue[at : at + 1] = pieces
                 log.info("table cut into key ranges", table=item.table, ranges=len(pieces), id=item.id)
@@ -540,11 +545,15 @@ class Snapshotter:
         self.window = _Open(item, window, relation, last, len(rows) < self.chunk_size)
 
     def _describe(self, item: TableProgress) -> Table | None:
-        """``item``'s table, followed by relation id when renamed since it was queued; None: no longer captured."""
+        """``item``'s table, followed by relation id when renamed since it was queued (its name may be another
+        table's now); None: no longer captured."""
         try:
-            return self.reader.describe(item.table)
+            table = self.reader.describe(item.table)
         except LookupError:  # the reader's TableGone
             pass
+        else:
+            if item.relation_id in (None, table.relation.relation_id):
+                return table
         name = None if item.relation_id is None else self.renamed(item.relation_id)
         if name is None or name == item.table:
             return None
@@ -792,14 +801,22 @@ def start_state(
         state.initial = "done"
     state.fresh_slot = False
     if mode in ("initial", "when_needed") and new_tables:
-        known = set(state.known_tables)
         for table in captured:
-            if table in known or relations.get(table) in state.known_relations.values():
+            if not _newly_captured(state, table, relations):
                 continue
             if state.enqueue(TableProgress(table, "incremental", relation_id=relations.get(table))):
                 log.info("table newly captured: queued for an incremental snapshot", table=table)
     state.known_tables, state.known_relations = list(captured), relations
     return state
+
+
+def _newly_captured(state: SnapshotState, table: str, relations: Mapping[str, int]) -> bool:
+    """Not captured at the last start: by relation id (a renamed table is not new, a new one under an old name is),
+    by name in a state saved without relation ids."""
+    relation_id = relations.get(table)
+    if relation_id is not None and state.known_relations:
+        return relation_id not in state.known_relations.values()
+    return table not in state.known_tables
 
 
 def _follow_renames(state: SnapshotState, relations: Mapping[str, int]) -> None:

@@ -370,3 +370,21 @@ def test_an_initial_table_the_exported_snapshot_does_not_hold_is_queued_incremen
     assert [(p.table, p.kind, p.resumed_initial) for p in snapshotter.state.queue] == [
         ("public.late", "incremental", False)
     ]
+
+
+def test_an_initial_table_whose_name_the_exported_snapshot_gives_another_table_is_queued_incrementally(
+    tmp_path: Path,
+) -> None:
+    """A table published under a name another table had at the consistent point (renamed since): by name the
+    exported snapshot holds that other table (relation 16400 here), whose rows would be written as this one's."""
+    tables = {"public.small": 5, "public.swapped": 3}
+    plan = start_state(
+        None, "slot", "initial", 1000, list(tables), relations={"public.small": 16400, "public.swapped": 7}
+    )
+    store = StateStore(tmp_path, "slot")
+    store.save(plan)
+    sink = HoldingSink()
+    snapshotter = Snapshotter(FakeConnection(tables), sink, Ledger(), store, plan, FilterPlan([]), 10, {})
+    snapshotter.run_initial("snap-1", lambda: None)
+    assert sorted(sink.ids()) == list(range(5))
+    assert [(p.table, p.kind) for p in snapshotter.state.queue] == [("public.swapped", "incremental")]

@@ -443,6 +443,10 @@ def test_a_queued_table_renamed_meanwhile_is_followed_by_relation_id(tmp_path: P
     _run(snapshotter)
     assert snapshotter.sink.rows == {"new": 15}  # type: ignore[attr-defined]
     assert snapshotter.state.queue == []
+    snapshotter.state.enqueue(TableProgress("public.new", "incremental", relation_id=16399))  # its name, not it
+    _run(snapshotter)
+    assert snapshotter.sink.rows == {"new": 15}  # type: ignore[attr-defined]
+    assert snapshotter.state.queue == []
 
 
 def test_a_stopped_snapshot_counts_as_finished(tmp_path: Path) -> None:

@@ -198,6 +198,9 @@ def test_start_state_follows_renamed_tables_by_relation_id() -> None:
         ("public.c", "incremental", None, 0),  # newly captured: its id was not known
     ]
     assert (state.known_tables, state.known_relations) == (list(renamed), renamed)
+    recreated = {"public.a2": 4, "other.b": 2, "public.c": 3}  # a2 dropped and made again: a new table
+    again = start_state(state, "s", "initial", None, list(recreated), relations=recreated)
+    assert [(p.table, p.relation_id) for p in again.queue][-1] == ("public.a2", 4)
 
 
 def test_a_state_file_without_relation_ids_loads_and_tables_go_by_name(tmp_path: Path) -> None:
