@@ -201,6 +201,8 @@ class ReplicationLoop:
                 replace_lost=request.replace_lost,
                 must_exist=request.must_exist,
             )
+            if info.slot_created and not source.temporary_slot:
+                self._save_plan(walsender, info, store, saved)
             self.core = None
             try:
                 with contextlib.suppress(_Stopped):
@@ -215,9 +217,27 @@ class ReplicationLoop:
                 self._send_status(walsender, self.core)
             self._save_positions()
 
+    def _save_plan(
+        self, walsender: Walsender, info: SessionInfo, store: StateStore, saved: SnapshotState | None
+    ) -> None:
+        """The snapshot plan of the slot created now, saved before anything else can fail (Kafka away, a stop, a
+        lost connection, a kill): a restart resumes it, never finds the slot without state. A plan that cannot
+        be saved drops the slot."""
+        try:
+            relations = walsender.captured_relations()
+            mode, point = self.settings.snapshot.mode, info.consistent_point
+            plan = start_state(None, store.slot, mode, point, list(relations), relations=relations)
+            plan.fresh_slot = True
+            plan.signal_offsets = {} if saved is None else dict(saved.signal_offsets)
+            store.save(plan)
+        except BaseException:
+            walsender.drop_slot()
+            raise
+
     def _serve(self, walsender: Walsender, info: SessionInfo, store: StateStore, saved: SnapshotState | None) -> None:
         source, mode = walsender.settings, self.settings.snapshot.mode
-        committed = self.sink.committed(source.slot, info.system_id, info.slot_created, self._beat_unless_stopped)
+        fresh = info.slot_created or (saved is not None and saved.fresh_slot)  # nothing was written from the slot
+        committed = self.sink.committed(source.slot, info.system_id, fresh, self._beat_unless_stopped)
         if committed is not None:
             self.ledger.resume_at(committed.flush_lsn)
             saved = committed_snapshot(committed, saved, source.slot)
@@ -264,10 +284,13 @@ class ReplicationLoop:
             primary=walsender.primary if info.standby else None,
         )
         try:
-            self._captured = reader.captured_tables([p.name for p in source.publications])
+            relations = reader.captured_relations([p.name for p in source.publications])
+            self._captured = list(relations)
             created = info.consistent_point if info.slot_created else None
             new_tables = self.settings.snapshot.new_tables
-            state = start_state(saved, source.slot, mode, created, self._captured, new_tables=new_tables)
+            state = start_state(
+                saved, source.slot, mode, created, self._captured, new_tables=new_tables, relations=relations
+            )
             state.signal_offsets = state.signal_offsets or dict(signal_offsets)
             store.save(state)
             self._save_positions()
@@ -287,6 +310,7 @@ class ReplicationLoop:
                 parallel=self._parallel(reader),
                 request_key=self._request_key,
                 rejections=self.rejections,
+                renamed=partial(self._captured_name, reader),
             )
             if self.signals is not None:
                 self.signals.start(state.signal_offsets)
@@ -352,6 +376,11 @@ class ReplicationLoop:
             return
         self._positions_due = (now or time.monotonic()) + self.settings.source.status_interval_s
         self.store.save_positions(Positions(self.ledger.timeline, self.ledger.published_lsn, self._standby))
+
+    def _captured_name(self, reader: SnapshotReader, relation_id: int) -> str | None:
+        """The name a captured table has now, by its relation id (None: it is captured no longer)."""
+        relations = reader.captured_relations([p.name for p in self.settings.source.publications])
+        return next((name for name, oid in relations.items() if oid == relation_id), None)
 
     def _parallel(self, reader: SnapshotReader) -> Parallel | None:
         """The initial snapshot's connections when ``snapshot.parallelism`` > 1 (None: on ``reader``'s alone)."""

@@ -31,7 +31,7 @@ class SlotRequest:
 def slot_request(mode: str, saved: SnapshotState | None, state_path: Path) -> SlotRequest:
     """``mode``: snapshot.mode; ``saved``: the snapshot state of an earlier run (None: none, or a temporary slot)."""
     must_exist = None
-    if saved is not None and mode != "when_needed":
+    if saved is not None and not saved.fresh_slot and mode != "when_needed":
         must_exist = f"{state_path} shows cdcd streamed from it"
     return SlotRequest(export_snapshot=mode != "never", replace_lost=mode == "when_needed", must_exist=must_exist)
 
@@ -54,7 +54,8 @@ def committed_snapshot(committed: Committed, saved: SnapshotState | None, slot: 
 def resumable(saved: SnapshotState | None, info: SessionInfo, slot: str) -> SnapshotState | None:
     """The saved state still applies, unless the slot was made anew (it was lost: its changes are gone)."""
     if saved is not None and info.slot_created:
-        log.error("the slot was lost or invalidated: changes it held are gone; snapshotting again", slot=slot)
+        if not saved.fresh_slot:  # else nothing was read from it: the plan of a slot dropped before it was used
+            log.error("the slot was lost or invalidated: changes it held are gone; snapshotting again", slot=slot)
         return None
     return saved
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq, sql
-from psycopg.errors import error_from_result
+from psycopg.errors import UndefinedTable, error_from_result
 from psycopg.generators import fetch_many
 
 from cdcd.config import ConfigError, SourceSettings
@@ -32,7 +32,15 @@ from cdcd.snapshot.copy import RowReader, RowsReader, row_reader, rows_reader
 from cdcd.snapshot.position import wal_position
 from cdcd.snapshot.ranges import INTEGER_TYPES, histogram_cuts, integer_cuts, key_ranges
 from cdcd.snapshot.xids import SnapshotXids
-from cdcd.source.catalog import ancestors, describe_table, enum_labels, index_columns, table_facts
+from cdcd.source.catalog import (
+    ancestors,
+    captured_relations,
+    captured_tables,
+    describe_table,
+    enum_labels,
+    index_columns,
+    table_facts,
+)
 from cdcd.source.primary import Primary
 from cdcd.source.standby import INCREMENTAL_NEEDS_PRIMARY, in_recovery, wait_replayed
 from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts, connect
@@ -82,15 +90,6 @@ class ChunkRead:
 def _split(name: str) -> tuple[str, str]:
     schema, table = name.split(".")
     return schema, table
-
-
-def captured_tables(conn: Conn, publications: Sequence[str]) -> list[str]:
-    """``schema.table`` of every table the publications publish (partition roots under publish_via_partition_root)."""
-    rows = conn.execute(
-        "SELECT DISTINCT schemaname, tablename FROM pg_publication_tables WHERE pubname = ANY(%s) ORDER BY 1, 2",
-        [list(publications)],
-    ).fetchall()
-    return [f"{s}.{t}" for s, t in rows]
 
 
 def describe(conn: Conn, name: str) -> SnapshotTable:
@@ -220,6 +219,9 @@ class SnapshotReader:
     def captured_tables(self, publications: Sequence[str]) -> list[str]:
         return self._guard(lambda: captured_tables(self.conn, publications))
 
+    def captured_relations(self, publications: Sequence[str]) -> dict[str, int]:
+        return self._guard(lambda: captured_relations(self.conn, publications))
+
     def describe(self, name: str) -> SnapshotTable:
         return self._guard(lambda: describe(self.conn, name))
 
@@ -339,6 +341,8 @@ class SnapshotReader:
             raise
         except psycopg.OperationalError as exc:
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
+        except UndefinedTable:  # dropped between its description and its lock
+            raise TableGone(f"table {name} does not exist") from None
         except (psycopg.Error, ValueError) as exc:
             raise SourceError(f"cannot read a chunk of {name}: {_first(exc)}") from None
 

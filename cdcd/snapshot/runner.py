@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -166,6 +166,7 @@ class Snapshotter:
     # the key `cdcd snapshot` signs its requests with (``snapshot.request_key_file``); None: requests are refused
     request_key: bytes | None = None
     rejections: Rejections = field(default_factory=Rejections)  # control input refused (cdcd_control_rejected)
+    renamed: Callable[[int], str | None] = lambda relation_id: None  # a captured table's name now, by relation id
 
     # -- shared -------------------------------------------------------------------------------------
 
@@ -279,13 +280,20 @@ class Snapshotter:
 
     def _start_initial(self, item: TableProgress) -> tuple[Table, str | None] | None:
         """An initial table about to be read: described (its types learnt), its condition, its start announced.
-        None for a table the exported snapshot does not hold: created after its consistent point (published from
-        its creation, as a schema's tables are), all its rows come from the stream; it leaves the queue."""
+        None for a table the exported snapshot does not hold by that name: created after its consistent point, or
+        renamed or moved into a published schema since (then it had rows the stream never sends); it is queued
+        for an incremental snapshot instead."""
         try:
-            table = self.reader.describe(item.table)
+            table: Table | None = self.reader.describe(item.table)
         except LookupError:  # the reader's TableGone
-            log.info("table not in the exported snapshot: its rows come from the stream", table=item.table)
-            self.state.queue.remove(item)
+            table = None
+        if table is None or item.relation_id not in (None, table.relation.relation_id):  # its name was another's
+            log.warning(
+                "table not in the exported snapshot (created, renamed or moved since): queued for an incremental"
+                " snapshot",
+                table=item.table,
+            )
+            item.kind = "incremental"
             return None
         self._learn(table)
         condition = self.condition(item, table)
@@ -382,9 +390,12 @@ class Snapshotter:
             meter = self.meters.tables.get(item.table)
             count = parts_for(meter.estimated if meter is not None else None, self.chunk_size, parallel.connections)
             ranges = parallel.split(table, condition, count) if table.key_columns and item.last_key is None else []
-            pieces = [item]
+            pieces, oid = [item], item.relation_id
             if len(ranges) > 1:
-                pieces = [TableProgress(item.table, "initial", item.where, group=item.id, key_range=r) for r in ranges]
+                pieces = [
+                    TableProgress(item.table, "initial", item.where, group=item.id, key_range=r, relation_id=oid)
+                    for r in ranges
+                ]
                 at = self.state.queue.index(item)
                 self.state.queue[at : at + 1] = pieces
                 log.info("table cut into key ranges", table=item.table, ranges=len(pieces), id=item.id)
@@ -504,7 +515,11 @@ class Snapshotter:
             return
         after = self.cursors.get(item.id, item.last_key)
         watermark = uuid.uuid4().hex
-        table = self.reader.describe(item.table)
+        table = self._describe(item)
+        if table is None:
+            self._gone(item)
+            return
+        item.relation_id = table.relation.relation_id  # kept in the state: a restart finds it renamed by it
         if not table.key_columns:
             if item.resumed_initial:
                 raise SnapshotError(
@@ -526,7 +541,11 @@ class Snapshotter:
             self._refuse(item, condition)
             return
         self._begin(item, table, condition, after)
-        chunk = self.reader.chunk(item.table, condition, after, self.chunk_size, watermark)
+        try:
+            chunk = self.reader.chunk(item.table, condition, after, self.chunk_size, watermark)
+        except LookupError:  # dropped since it was described
+            self._gone(item)
+            return
         if not ChunkWindow.admits(chunk.xids, recent_xids):
             log.debug(
                 "chunk snapshot misses a transaction the stream already emitted; reading it again", table=item.table
@@ -541,6 +560,39 @@ class Snapshotter:
         )
         last = key_values(relation, chunk.table.key_columns, rows[-1]) if rows else after
         self.window = _Open(item, window, relation, last, len(rows) < self.chunk_size)
+
+    def _describe(self, item: TableProgress) -> Table | None:
+        """``item``'s table, followed by relation id when renamed since it was queued (its name may be another
+        table's now); None: no longer captured."""
+        try:
+            table = self.reader.describe(item.table)
+        except LookupError:  # the reader's TableGone
+            pass
+        else:
+            if item.relation_id in (None, table.relation.relation_id):
+                return table
+        name = None if item.relation_id is None else self.renamed(item.relation_id)
+        if name is None or name == item.table:
+            return None
+        log.info("a queued table was renamed: its snapshot follows it", table=name, was=item.table)
+        item.table = name
+        return self._describe(item)
+
+    def _gone(self, item: TableProgress) -> None:
+        """A queued table that no longer exists leaves the queue (its snapshot ends unfinished); cdcd goes on."""
+        log.warning(
+            "a table queued for a snapshot no longer exists: its snapshot is dropped",
+            table=item.table,
+            id=item.id,
+            rows_done=item.rows,
+        )
+        self._table_done(item, "UNKNOWN_SCHEMA")
+        self.state.finish(item)
+        self.cursors.pop(item.id, None)
+        meter = self.meters.tables.get(item.table)
+        if meter is not None and meter.id == _meter_id(item):
+            del self.meters.tables[item.table]
+        self.store.save(self.state)
 
     @property
     def watching(self) -> bool:
@@ -760,8 +812,10 @@ def start_state(
     captured: Sequence[str],
     *,
     new_tables: bool = True,
+    relations: Mapping[str, int] | None = None,
 ) -> SnapshotState:
     """What to snapshot at start. ``created``: the consistent point of a slot created now (None: it existed).
+    ``relations``: the captured tables' relation ids, by which a table renamed since the last start is known.
 
     A new slot (in modes initial, initial_only, when_needed) gets an initial snapshot of every captured table.
     An existing slot resumes what was saved: an initial snapshot that did not finish continues as incremental
@@ -769,12 +823,12 @@ def start_state(
     point). Tables captured since the last start get incremental snapshots (modes initial and when_needed, unless
     ``new_tables`` is off).
     """
-    snapshots = mode != "never"
+    snapshots, relations = mode != "never", dict(relations or {})
     if created is not None:
-        fresh = SnapshotState(slot=slot, known_tables=list(captured))
+        fresh = SnapshotState(slot=slot, known_tables=list(captured), known_relations=relations)
         if snapshots:
             fresh.initial, fresh.consistent_point = "running", created
-            fresh.queue = [TableProgress(t, "initial") for t in captured]
+            fresh.queue = [TableProgress(t, "initial", relation_id=relations.get(t)) for t in captured]
         return fresh
     if state is None:
         if snapshots:
@@ -783,7 +837,8 @@ def start_state(
                 " (use `cdcd snapshot --table` to snapshot a table)",
                 slot=slot,
             )
-        return SnapshotState(slot=slot, known_tables=list(captured))
+        return SnapshotState(slot=slot, known_tables=list(captured), known_relations=relations)
+    _follow_renames(state, relations)
     for item in state.queue:
         if item.kind == "initial":
             item.kind, item.resumed_initial = "incremental", True
@@ -795,9 +850,31 @@ def start_state(
             )
     if state.initial == "running":
         state.initial = "done"
+    state.fresh_slot = False
     if mode in ("initial", "when_needed") and new_tables:
         for table in captured:
-            if table not in state.known_tables and state.enqueue(TableProgress(table, "incremental")):
+            if not _newly_captured(state, table, relations):
+                continue
+            if state.enqueue(TableProgress(table, "incremental", relation_id=relations.get(table))):
                 log.info("table newly captured: queued for an incremental snapshot", table=table)
-    state.known_tables = list(captured)
+    state.known_tables, state.known_relations = list(captured), relations
     return state
+
+
+def _newly_captured(state: SnapshotState, table: str, relations: Mapping[str, int]) -> bool:
+    """Not captured at the last start: by relation id (a renamed table is not new, a new one under an old name is),
+    by name in a state saved without relation ids."""
+    relation_id = relations.get(table)
+    if relation_id is not None and state.known_relations:
+        return relation_id not in state.known_relations.values()
+    return table not in state.known_tables
+
+
+def _follow_renames(state: SnapshotState, relations: Mapping[str, int]) -> None:
+    """Queued tables renamed (or moved to another schema) since the last start go on under their new names."""
+    names = {oid: name for name, oid in relations.items()}
+    for item in state.queue:
+        renamed = names.get(item.relation_id) if item.relation_id is not None else None
+        if renamed is not None and renamed != item.table:
+            log.info("a queued table was renamed: its snapshot follows it", table=renamed, was=item.table)
+            item.table = renamed

@@ -40,6 +40,7 @@ class TableProgress:
     # A key range of the table (SQL, ANDed with the other conditions): one part of a table an initial snapshot
     # read on several connections (``snapshot.parallelism``); its ``group`` is the table's snapshot id
     key_range: str | None = None
+    relation_id: int | None = None  # the table's oid, which a rename keeps (None: queued before it was kept)
 
     @property
     def snapshot(self) -> str:
@@ -55,9 +56,13 @@ class SnapshotState:
     consistent_point: int | None = None
     queue: list[TableProgress] = field(default_factory=list)  # unfinished snapshots, in order
     known_tables: list[str] = field(default_factory=list)  # captured tables seen at the last start
+    known_relations: dict[str, int] = field(default_factory=dict)  # their relation ids, by name (renames)
     finished: list[str] = field(default_factory=list)  # ids of finished snapshots (latest 100)
     paused: bool = False  # incremental snapshots paused by a signal (pause-snapshot until resume-snapshot)
     signal_offsets: dict[str, int] = field(default_factory=dict)  # signal topic partition -> next offset to act on
+    # The plan saved as the slot was created, before the session's first start: nothing was written from the
+    # slot yet (nothing is in Kafka; a progress topic's record is an older slot's)
+    fresh_slot: bool = False
 
     def enqueue(self, progress: TableProgress) -> bool:
         """Queue a snapshot unless the same table with the same condition is already queued."""

@@ -1,5 +1,7 @@
 """Catalog reads and publication management on a regular (non-replication) connection.
 
+* ``captured_tables``, ``captured_relations``: the tables the publications publish (with their relation ids,
+  which a rename keeps).
 * ``describe_tables``: columns, types, collations and replica identity, for the row-filter checks.
 * ``read_publication``: the server's definition of a publication the config names without defining it.
 * ``sync_publications``: with ``source.manage_publications``, create or alter each defined publication to match
@@ -40,6 +42,22 @@ class PublicationError(RuntimeError):
 def _split(name: str) -> tuple[str, str]:
     schema, table = name.split(".")
     return schema, table
+
+
+def captured_tables(conn: Conn, publications: Sequence[str]) -> list[str]:
+    """``schema.table`` of every table the publications publish (partition roots under publish_via_partition_root)."""
+    return list(captured_relations(conn, publications))
+
+
+def captured_relations(conn: Conn, publications: Sequence[str]) -> dict[str, int]:
+    """As ``captured_tables``, each with its relation id (which a rename keeps), in name order."""
+    rows = conn.execute(
+        "SELECT DISTINCT p.schemaname, p.tablename, c.oid FROM pg_publication_tables p"
+        " JOIN pg_namespace n ON n.nspname = p.schemaname JOIN pg_class c ON c.relnamespace = n.oid"
+        " AND c.relname = p.tablename WHERE p.pubname = ANY(%s) ORDER BY 1, 2",
+        [list(publications)],
+    ).fetchall()
+    return {f"{s}.{t}": int(oid) for s, t, oid in rows}
 
 
 def describe_tables(conn: Conn, names: Sequence[str]) -> dict[str, TableInfo | None]:

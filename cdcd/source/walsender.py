@@ -30,6 +30,7 @@ from cdcd.source.catalog import (
     PublicationError,
     add_new_tables,
     ancestors,
+    captured_relations,
     enum_labels,
     prepare_filters,
     sync_publications,
@@ -377,6 +378,19 @@ class Walsender:
                 return query(self._admin)
         except psycopg.Error as exc:
             raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
+
+    def captured_relations(self) -> dict[str, int]:
+        """``schema.table`` of every table the publications publish, with its relation id (catalog connection)."""
+        return self._catalog(lambda conn: captured_relations(conn, [p.name for p in self.settings.publications]))
+
+    def drop_slot(self) -> None:
+        """Drop the slot (one this session created and cannot use); a failure is logged: the slot stays."""
+        try:
+            self._command(f"DROP_REPLICATION_SLOT {quote_ident(self.settings.slot)}", pq.ExecStatus.COMMAND_OK)
+        except (SourceError, SourceDisconnected, psycopg.Error) as exc:
+            log.error("cannot drop the slot created now", slot=self.settings.slot, error=first_line(exc))
+            return
+        log.warning("dropped the slot created now: its snapshot plan could not be saved", slot=self.settings.slot)
 
     @property
     def tracks_new_tables(self) -> bool:

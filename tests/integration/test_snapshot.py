@@ -554,3 +554,95 @@ def test_a_column_dropped_after_the_snapshot_was_exported_is_left_out_not_fatal(
         reader.end_transaction()
     finally:
         reader.close()
+
+
+# -- session start and table lifecycle (issue 44) ---------------------------------------------------------------
+
+
+def test_a_first_run_stopped_while_waiting_for_kafka_snapshots_at_the_next_start(run: Run, db: Database) -> None:
+    """The first run created the slot, waited for Kafka (exactly-once: the progress topic's read) and was stopped.
+    The restart found the slot without snapshot state, snapshotted nothing and streamed: the table's existing rows
+    never reached Kafka. The plan saved as the slot was made resumes, incrementally (its exported snapshot died)."""
+    db.execute(
+        "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 1000) g;"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE t"
+    )
+    exactly_once: dict[str, Any] = {"delivery": "exactly_once", "exactly_once": {"commit_interval_ms": 30}}
+    away = threading.Thread(
+        target=lambda: start_quietly(run, {}, bootstrap_servers="127.0.0.1:9", **exactly_once), daemon=True
+    )
+    away.start()
+    wait_until(lambda: run.log.exists() and "waiting for Kafka" in run.log.read_text(), "cdcd never waited for Kafka")
+    assert db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", [run.slot])
+    assert run.stop() == 0
+    away.join()
+    run.start(**exactly_once)
+    run.consume_until(lambda events: len(snapshot_events(run, "t")) >= 1000, timeout=60)
+    assert sorted(int(e["after"]["id"]) for e in snapshot_events(run, "t")) == list(range(1, 1001))
+    assert "the slot exists but no snapshot state was found" not in run.log.read_text()
+    assert run.stop() == 0
+
+
+def test_a_table_dropped_while_queued_leaves_the_queue_and_cdcd_streams_on(
+    db: Database, tail_factory: Callable[..., Tail]
+) -> None:
+    """A table queued by `cdcd snapshot` behind a large incremental snapshot and dropped meanwhile: its turn raised
+    TableGone out of the loop, and every restart died on it again."""
+    db.execute(
+        "CREATE TABLE big (id int PRIMARY KEY); INSERT INTO big SELECT generate_series(1, 50000);"
+        "CREATE TABLE d (id int PRIMARY KEY); INSERT INTO d VALUES (1); CREATE TABLE k (id int PRIMARY KEY);"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE big, d, k"
+    )
+    tail = tail_factory()
+    config = yaml.safe_load(tail.config.read_text())
+    config["snapshot"].update(mode="never", chunk_size=100)
+    tail.config.write_text(yaml.safe_dump(config))
+    tail.start().wait_streaming()
+    state = tail.config.parent / "state" / f"{tail.slot}.snapshot.json"
+
+    def queued() -> list[str]:
+        return [p["table"] for p in json.loads(state.read_text())["queue"]] if state.exists() else []
+
+    for table in ("public.big", "public.d"):
+        args = [sys.executable, "-m", "cdcd", "snapshot", "--config", str(tail.config), "--table", table]
+        subprocess.run(args, check=True, capture_output=True, env=cdcd_env())
+
+    def drained() -> bool:
+        assert tail.proc is not None
+        assert tail.proc.poll() is None, f"cdcd tail exited:\n{tail.log.read_text()[-3000:]}"
+        return not queued()
+
+    wait_until(lambda: queued() == ["public.big", "public.d"], "never queued both")
+    db.execute("DROP TABLE d")
+    db.execute("INSERT INTO k VALUES (1)")
+    wait_until(drained, "the queue never emptied", timeout=90)
+    tail.wait_for(lambda lines: any(line["table"] == "k" for line in lines))
+    assert tail.proc is not None
+    assert tail.proc.poll() is None
+    log = tail.log.read_text()
+    assert "a table queued for a snapshot no longer exists" in log
+    assert "Traceback" not in log
+    assert tail.stop() == 0
+
+
+def test_a_table_renamed_while_cdcd_was_stopped_is_not_snapshotted_again(
+    db: Database, tail_factory: Callable[..., Tail]
+) -> None:
+    """The state tracked tables by name: after a restart a renamed table was 'newly captured' and re-read in full."""
+    db.execute(
+        "CREATE TABLE r (id int PRIMARY KEY); INSERT INTO r SELECT generate_series(1, 10);"
+        "CREATE PUBLICATION cdcd_pub FOR TABLE r"
+    )
+    tail = tail_factory().start()
+    tail.wait_for(lambda lines: len(lines) == 10)
+    assert tail.stop() == 0
+    tail.wait_slot_released()
+    db.execute("ALTER TABLE r RENAME TO r2; INSERT INTO r2 VALUES (11)")
+    tail.start()
+    lines = tail.wait_for(lambda lines: len(lines) >= 11)
+    tail.wait_streaming()
+    db.execute("INSERT INTO r2 VALUES (12)")
+    lines = tail.wait_for(lambda lines: any(line["after"]["id"] in (12, "12") for line in lines))
+    assert [(line["op"], line["table"]) for line in lines[10:]] == [("c", "r2"), ("c", "r2")]
+    assert "table newly captured" not in tail.log.read_text()
+    assert tail.stop() == 0

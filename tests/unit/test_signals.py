@@ -397,6 +397,58 @@ def test_a_table_without_a_key_is_reported_and_the_snapshot_completes(tmp_path: 
     assert notices[-1].type == "COMPLETED"
 
 
+def test_a_queued_table_dropped_meanwhile_leaves_the_queue_with_a_notification(tmp_path: Path) -> None:
+    """A table dropped while queued (behind another snapshot, or between a restart's start and its turn) leaves the
+    queue; the snapshot goes on with its other tables. ``describe`` raised out of the loop: exit 1 at every start."""
+    reader = FakeReader({"public.a": 5, "public.gone": 5})
+    describe = reader.describe
+
+    def dropped(name: str) -> FakeTable:
+        if name == "public.gone":
+            raise LookupError(f"table {name} does not exist")  # as the reader's TableGone
+        return describe(name)
+
+    reader.describe = dropped  # type: ignore[method-assign]
+    snapshotter = _snapshotter(tmp_path, reader)
+    execute = {"id": "g", "type": "execute-snapshot", "data": {"data-collections": ["public.gone", "public.a"]}}
+    snapshotter.signal(_record(0, execute), NAME, ["public.a", "public.gone"])
+    _run(snapshotter)
+    assert snapshotter.state.queue == []
+    assert snapshotter.sink.rows == {"a": 5}  # type: ignore[attr-defined]
+    saved = StateStore(tmp_path, "slot").load()
+    assert saved is not None
+    assert saved.queue == []
+    assert snapshotter.notices is not None
+    done = [
+        (n.additional_data["scanned_collection"], n.additional_data["status"])
+        for n in snapshotter.notices.take()
+        if n.type == "TABLE_SCAN_COMPLETED"
+    ]
+    assert done == [("public.gone", "UNKNOWN_SCHEMA"), ("public.a", "SUCCEEDED")]
+
+
+def test_a_queued_table_renamed_meanwhile_is_followed_by_relation_id(tmp_path: Path) -> None:
+    reader = FakeReader({"public.new": 15})
+    snapshotter = _snapshotter(tmp_path, reader)
+    snapshotter.renamed = {16400: "public.new"}.get
+    snapshotter.state.enqueue(TableProgress("public.old", "incremental", relation_id=16400))
+    describe = reader.describe
+
+    def renamed(name: str) -> FakeTable:
+        if name == "public.old":
+            raise LookupError(f"table {name} does not exist")  # as the reader's TableGone
+        return describe(name)
+
+    reader.describe = renamed  # type: ignore[method-assign]
+    _run(snapshotter)
+    assert snapshotter.sink.rows == {"new": 15}  # type: ignore[attr-defined]
+    assert snapshotter.state.queue == []
+    snapshotter.state.enqueue(TableProgress("public.new", "incremental", relation_id=16399))  # its name, not it
+    _run(snapshotter)
+    assert snapshotter.sink.rows == {"new": 15}  # type: ignore[attr-defined]
+    assert snapshotter.state.queue == []
+
+
 def test_a_stopped_snapshot_counts_as_finished(tmp_path: Path) -> None:
     """A `cdcd snapshot` request the stream sends again after a restart is not queued again once stopped."""
     snapshotter = _snapshotter(tmp_path, FakeReader({"public.a": 5}))

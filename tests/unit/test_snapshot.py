@@ -184,6 +184,37 @@ def test_start_state_resumes_an_interrupted_initial_snapshot_incrementally() -> 
     assert state.known_tables == ["public.a", "public.b", "public.c"]
 
 
+def test_start_state_follows_renamed_tables_by_relation_id() -> None:
+    """A table renamed (or moved to another schema) since the last start keeps its queued snapshot's progress and
+    is not newly captured: the state tracked tables by name, so it was re-read in full under its new name."""
+    plan = start_state(None, "s", "initial", 10, ["public.a", "public.b"], relations={"public.a": 1, "public.b": 2})
+    assert [(p.table, p.relation_id) for p in plan.queue] == [("public.a", 1), ("public.b", 2)]
+    plan.queue[1].last_key, plan.queue[1].rows = ["77"], 77
+    plan.queue = plan.queue[1:]
+    renamed = {"public.a2": 1, "other.b": 2, "public.c": 3}
+    state = start_state(plan, "s", "initial", None, list(renamed), relations=renamed)
+    assert [(p.table, p.kind, p.last_key, p.rows) for p in state.queue] == [
+        ("other.b", "incremental", ["77"], 77),
+        ("public.c", "incremental", None, 0),  # newly captured: its id was not known
+    ]
+    assert (state.known_tables, state.known_relations) == (list(renamed), renamed)
+    recreated = {"public.a2": 4, "other.b": 2, "public.c": 3}  # a2 dropped and made again: a new table
+    again = start_state(state, "s", "initial", None, list(recreated), relations=recreated)
+    assert [(p.table, p.relation_id) for p in again.queue][-1] == ("public.a2", 4)
+
+
+def test_a_state_file_without_relation_ids_loads_and_tables_go_by_name(tmp_path: Path) -> None:
+    store = StateStore(tmp_path, "s")
+    old = {"slot": "s", "known_tables": ["public.a"], "queue": [{"table": "public.a", "kind": "incremental"}]}
+    store.path.write_text(json.dumps(old))
+    loaded = store.load()
+    assert loaded is not None
+    assert (loaded.known_relations, loaded.queue[0].relation_id) == ({}, None)
+    relations = {"public.a": 1, "public.b": 2}
+    state = start_state(loaded, "s", "initial", None, list(relations), relations=relations)
+    assert [(p.table, p.relation_id) for p in state.queue] == [("public.a", None), ("public.b", 2)]
+
+
 def test_start_state_existing_slot_without_state_snapshots_nothing() -> None:
     state = start_state(None, "s", "initial", None, ["public.a"])
     assert (state.queue, state.known_tables) == ([], ["public.a"])
