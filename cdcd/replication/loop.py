@@ -281,6 +281,7 @@ class ReplicationLoop:
                 save_on_done=not self.sink.transactional,
                 notices=self._notices(),
                 parallel=self._parallel(reader),
+                columns=self.settings.columns.rules(),
             )
             if self.signals is not None:
                 self.signals.start(state.signal_offsets)

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import structlog
 
 from cdcd.batches import SnapshotBatch, SnapshotRecords
+from cdcd.columns import NO_RULES, ColumnRules
 from cdcd.filters.plan import FilterPlan
 from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, Type
@@ -136,6 +137,7 @@ class _Open:
     progress: TableProgress
     window: ChunkWindow
     relation: Relation
+    key_columns: tuple[str, ...]
     last_key: list[str | None] | None  # key of the chunk's last row read (dropped or not)
     final: bool  # fewer rows than chunk_size: the table ends here
 
@@ -162,6 +164,7 @@ class Snapshotter:
     announced: set[str] = field(default_factory=set)  # snapshots whose STARTED was considered
     initial_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # the initial snapshot's notifications
     parallel: Parallel | None = None  # the initial snapshot on several connections; None: on ``reader``'s
+    columns: ColumnRules = NO_RULES  # a key column masked by hash is shown hashed (notifications, logs)
 
     # -- shared -------------------------------------------------------------------------------------
 
@@ -227,6 +230,7 @@ class Snapshotter:
             filtered=condition is not None,
             estimated_rows="unknown" if estimated is None else estimated,
             rows_done=item.rows,
+            after_key=self.columns.shown_key(table.relation, table.key_columns, after),
             id=item.id,
         )
 
@@ -463,15 +467,14 @@ class Snapshotter:
         if not remaining:
             self.notices.completed(item.snapshot)
 
-    def _chunk_notice(self, item: TableProgress, last_key: list[str | None] | None) -> None:
+    def _chunk_notice(self, item: TableProgress, current: _Open) -> None:
         if self.notices is None:
             return
         meter = self.meters.tables.get(item.table)
         estimated = meter.estimated if meter is not None and meter.id == item.id else None
         tables = self._tables_of(item.snapshot)
-        self.notices.in_progress(
-            item.snapshot, tables, item.table, last_key, rows=self._rows(item), estimated=estimated
-        )
+        key = self.columns.shown_key(current.relation, current.key_columns, current.last_key)
+        self.notices.in_progress(item.snapshot, tables, item.table, key, rows=self._rows(item), estimated=estimated)
 
     # -- incremental ----------------------------------------------------------------------------------
 
@@ -523,7 +526,7 @@ class Snapshotter:
             name, relation, chunk.table.key_columns, rows, watermark, until=chunk.position, snapshot=snapshot
         )
         last = key_values(relation, chunk.table.key_columns, rows[-1]) if rows else after
-        self.window = _Open(item, window, relation, last, len(rows) < self.chunk_size)
+        self.window = _Open(item, window, relation, chunk.table.key_columns, last, len(rows) < self.chunk_size)
 
     @property
     def watching(self) -> bool:
@@ -575,7 +578,7 @@ class Snapshotter:
         batch = SnapshotBatch(current.relation, rows, lsn, time.time_ns() // 1000, "incremental", done=done)
         self.sink.write_snapshot(batch, self.ledger)
         self._count(item, len(rows))
-        self._chunk_notice(item, current.last_key)
+        self._chunk_notice(item, current)
         if current.final:
             self._table_done(item)
             self.handed.add(item.id)  # stays queued until acknowledged; the next table goes on meanwhile
@@ -736,11 +739,8 @@ def start_state(
     for item in state.queue:
         if item.kind == "initial":
             item.kind, item.resumed_initial = "incremental", True
-            log.warning(
-                "initial snapshot was interrupted: continuing it incrementally",
-                table=item.table,
-                after_key=item.last_key,
-                rows_done=item.rows,
+            log.warning(  # its key (perhaps to hash) is logged when it is read (``_begin``)
+                "initial snapshot was interrupted: continuing it incrementally", table=item.table, rows_done=item.rows
             )
     if state.initial == "running":
         state.initial = "done"
