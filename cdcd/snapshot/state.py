@@ -3,7 +3,7 @@
 A table's progress advances only after Kafka (or the JSON lines file) has every row up to ``last_key``, so a
 restart resumes after the last finished chunk. A table read in key ranges (a parallel initial snapshot) is one
 entry per range: a finished range leaves the queue, so a restart reads only the ranges left, each after its
-own last key. The file is replaced atomically (write, fsync, rename).
+own last key. The file is replaced atomically (write, fsync, rename), readable by its owner only (0600).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from cdcd.ledger import Positions
 
@@ -79,6 +79,14 @@ class SnapshotState:
         return cls(**data, queue=queue)
 
 
+def _private(path: Path) -> IO[str]:
+    """``path`` opened for writing, readable by its owner only whatever the umask: the state holds chunk keys in
+    clear (a hashed key column's too: the next chunk's query needs them)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file left by an older cdcd keeps its mode otherwise
+    return os.fdopen(fd, "w")
+
+
 def state_dir_problem(state_dir: Path) -> str | None:
     """Why cdcd could not keep snapshot progress in ``state_dir`` (None: it can)."""
     probe = state_dir / f".cdcd-check-{uuid.uuid4().hex[:8]}"
@@ -135,8 +143,8 @@ class StateStore:
         self._saved = state
         tmp = self.path.with_suffix(".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with tmp.open("w") as f:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with _private(tmp) as f:
                 json.dump({**state, "positions": asdict(self.positions)}, f, indent=1)
                 f.flush()
                 os.fsync(f.fileno())
