@@ -403,9 +403,13 @@ class Snapshotter:
             batch = SnapshotBatch(relation, rows, lsn, time.time_ns() // 1000, "true", first, last, done)
         self.sink.write_snapshot(batch, self.ledger)
 
+    def committable(self) -> dict[str, Any]:
+        """What an exactly-once sink's progress record carries for the state in memory (``StateStore.stage``)."""
+        return self.store.stage(self.state)
+
     def saved(self) -> None:
         """The progress in memory is committed (an exactly-once sink's commit): save it."""
-        self.store.save(self.state)
+        self.store.save(self.state, committed=True)
 
     def initial_finished(self) -> None:
         self.reader.end_transaction()

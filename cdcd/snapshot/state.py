@@ -4,10 +4,16 @@ A table's progress advances only after Kafka (or the JSON lines file) has every 
 restart resumes after the last finished chunk. A table read in key ranges (a parallel initial snapshot) is one
 entry per range: a finished range leaves the queue, so a restart reads only the ranges left, each after its
 own last key. The file is replaced atomically (write, fsync, rename), readable by its owner only (0600).
+
+With an exactly-once sink, the state committed with the data is kept here too, and the progress record in
+Kafka only names it (``StateStore.stage``): that record is written in every Kafka transaction and read by
+whoever may read the topic, so it carries neither the whole state (6,000 queued tables made it pass
+``message.max.bytes``) nor a chunk key, which is in clear here (the next chunk's query needs it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -108,6 +114,11 @@ class StateStore:
         self.slot = slot
         self.positions = Positions()
         self._saved: dict[str, Any] | None = None  # the state as last saved or loaded
+        # exactly-once: the states a progress record may name, by digest: the one committed last and the one the
+        # Kafka transaction being committed names (``stage``); a restart finds either
+        self.committed: dict[str, dict[str, Any]] = {}
+        self._committed_digest: str | None = None
+        self._staged: str | None = None
 
     def load(self) -> SnapshotState | None:
         try:
@@ -120,6 +131,7 @@ class StateStore:
             raise StateError(f"snapshot state {self.path} is not valid JSON: {exc}") from None
         try:
             self.positions = Positions(**data.pop("positions", {}))
+            self.committed = dict(data.pop("committed", {}))
             self._saved = dict(data)
             state = SnapshotState.from_json(data)
         except TypeError as exc:
@@ -128,8 +140,39 @@ class StateStore:
             raise StateError(f"snapshot state {self.path} belongs to slot {state.slot!r}, not {self.slot!r}")
         return state
 
-    def save(self, state: SnapshotState) -> None:
+    def save(self, state: SnapshotState, *, committed: bool = False) -> None:
+        """Save ``state``; ``committed``: the state ``stage`` named last is now committed in Kafka (the only one
+        a progress record names from now on)."""
+        if committed and self._staged is not None:
+            self._committed_digest = self._staged
+            self.committed = {self._staged: self.committed[self._staged]}
         self._write(state.to_json())
+
+    def stage(self, state: SnapshotState) -> dict[str, Any]:
+        """What an exactly-once progress record carries for ``state``: its digest (and a summary, for whoever
+        reads the topic), a few dozen bytes however large the state. ``state`` is written to the file first,
+        beside the state committed last, so that a restart finds whichever of the two Kafka committed."""
+        data = state.to_json()
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+        self._staged = digest
+        if digest not in self.committed:
+            kept = self._committed_digest
+            self.committed = {d: s for d, s in self.committed.items() if d == kept} | {digest: data}
+            self._write(data if self._saved is None else self._saved)
+        return {"digest": digest, "queued": len(state.queue), "initial": state.initial}
+
+    def committed_state(self, reference: dict[str, Any]) -> dict[str, Any]:
+        """The state a progress record names (``stage``)."""
+        digest = reference.get("digest")
+        data = self.committed.get(str(digest))
+        if data is None:
+            raise StateError(
+                f"the progress topic's last record names snapshot state {digest}, which {self.path} does not hold:"
+                " exactly-once delivery keeps the snapshot state there (was the file removed or replaced?). Restore"
+                " it, or drop the slot and the progress topic's record to start again"
+            )
+        self._committed_digest = str(digest)
+        return data
 
     def save_positions(self, positions: Positions) -> None:
         """Save ``positions`` beside the state as last saved (never the state in memory, which may be ahead of
@@ -145,7 +188,8 @@ class StateStore:
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             with _private(tmp) as f:
-                json.dump({**state, "positions": asdict(self.positions)}, f, indent=1)
+                committed = {"committed": self.committed} if self.committed else {}
+                json.dump({**state, "positions": asdict(self.positions), **committed}, f, indent=1)
                 f.flush()
                 os.fsync(f.fileno())
             tmp.replace(self.path)
