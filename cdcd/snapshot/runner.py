@@ -659,8 +659,13 @@ class Snapshotter:
                 log.info("an incremental snapshot of this table and condition is queued already", table=table)
 
     def _stop(self, signal: StopSnapshot) -> None:
+        """Stop the incremental snapshots of the tables named, or every one. What an interrupted initial snapshot
+        left is stopped only when its table is named: its rows would never arrive otherwise."""
         queue = self.state.queue
-        stopped = [p for p in queue if not signal.collections or signals.select(signal.collections, [p.table])]
+        if signal.collections:
+            stopped = [p for p in queue if signals.select(signal.collections, [p.table])]
+        else:
+            stopped = [p for p in queue if not p.resumed_initial]
         if not stopped:
             log.info("stop-snapshot: no incremental snapshot to stop", id=signal.id)
             return

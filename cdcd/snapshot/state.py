@@ -66,8 +66,9 @@ class SnapshotState:
     signal_offsets: dict[str, int] = field(default_factory=dict)  # signal topic partition -> next offset to act on
 
     def enqueue(self, progress: TableProgress) -> bool:
-        """Queue a snapshot unless the same table with the same condition is already queued."""
-        if any(p.table == progress.table and p.where == progress.where for p in self.queue):
+        """Queue a snapshot unless the same table with the same condition is already queued (a key range of it
+        is not the same: it holds part of the table only)."""
+        if any(_same_rows(p, progress) for p in self.queue):
             return False
         self.queue.append(progress)
         return True
@@ -83,6 +84,10 @@ class SnapshotState:
     def from_json(cls, data: dict[str, Any]) -> SnapshotState:
         queue = [TableProgress(**p) for p in data.pop("queue", [])]
         return cls(**data, queue=queue)
+
+
+def _same_rows(a: TableProgress, b: TableProgress) -> bool:
+    return (a.table, a.where, a.key_range) == (b.table, b.where, b.key_range)
 
 
 def _private(path: Path) -> IO[str]:

@@ -469,3 +469,23 @@ def test_an_interrupted_initial_snapshot_is_resumed_without_logging_its_key() ->
         start_state(saved, "slot", "initial", None, ["public.a"])
     assert logs
     assert "4111111111111111" not in repr(logs)
+
+
+def test_stop_snapshot_without_collections_leaves_what_an_interrupted_initial_snapshot_left(tmp_path: Path) -> None:
+    resumed = TableProgress("public.a", "incremental", last_key=["4"], resumed_initial=True)
+    snapshotter = _snapshotter(
+        tmp_path, FakeReader({"public.a": 9, "public.b": 9}), SnapshotState("slot", queue=[resumed])
+    )
+    snapshotter.signal(_record(0, EXECUTE), NAME, ["public.a", "public.b"])
+    snapshotter.signal(_record(1, {"type": "stop-snapshot"}), NAME, [])
+    assert snapshotter.state.queue == [resumed]
+    snapshotter.signal(_record(2, {"type": "stop-snapshot", "data": {"data-collections": ["public.a"]}}), NAME, [])
+    assert snapshotter.state.queue == []
+
+
+def test_a_key_range_of_a_table_does_not_hide_a_snapshot_of_the_whole_table() -> None:
+    state = SnapshotState("slot")
+    state.queue = [TableProgress("public.a", "incremental", key_range="id < 50", resumed_initial=True)]
+    assert state.enqueue(TableProgress("public.a", "incremental"))
+    assert not state.enqueue(TableProgress("public.a", "incremental"))
+    assert not state.enqueue(TableProgress("public.a", "incremental", key_range="id < 50"))
