@@ -126,6 +126,8 @@ class HttpServer:
                         self._accept()
                     elif key.data == "wake":
                         self._drain_wake()
+                    elif key.data not in self._connections:
+                        continue  # dropped earlier in this batch: evicted for a connection accepted in it
                     elif mask & selectors.EVENT_READ:
                         self._read(key.data)
                     else:
