@@ -32,10 +32,10 @@ class SinkRewind(RuntimeError):
 class Committed:
     """What an exactly-once sink committed last, atomically with the data.
 
-        ``flush_lsn``: the WAL position to confirm. ``position``: the start LSN of the last record written (a
-        transaction's commit record, a message): anything at or below it is written already, whatever the server
-        sends again. ``snapshot``: what names the snapshot state as of that commit (``StateStore.stage``; a version 1
-    record: the state itself).
+    ``flush_lsn``: the WAL position to confirm. ``position``: the start LSN of the last record written (a
+    transaction's commit record, a message): anything at or below it is written already, whatever the server
+    sends again. ``snapshot``: what names the snapshot state as of that commit (``StateStore.stage``; in a
+    version 1 record, the state itself).
     """
 
     flush_lsn: int
