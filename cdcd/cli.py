@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -216,13 +217,17 @@ def _tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+
+
 def _sink(settings: Settings, output: str | None) -> tuple[Sink, EventShaper | None, BinaryIO | None]:
     """JSON lines to ``output`` (``-``: stdout), or Kafka when ``output`` is None (with the shaper it is given)."""
     if output is None:
         return *_kafka_sink(settings), None
     from cdcd.sink.jsonl import JsonLinesSink  # noqa: PLC0415 - loaded only when used
 
-    out: BinaryIO = sys.stdout.buffer if output == "-" else open(output, "ab")  # noqa: SIM115
+    # the captured rows: readable by the owner only, as the state file is
+    out: BinaryIO = sys.stdout.buffer if output == "-" else os.fdopen(os.open(output, _APPEND, 0o600), "ab")
     sink = JsonLinesSink(out, settings.sink.fsync, settings.columns.rules())
     return sink, None, None if out is sys.stdout.buffer else out
 

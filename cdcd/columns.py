@@ -26,7 +26,7 @@ the table does not have is refused too (a misspelt mask must not ship the column
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -141,6 +141,21 @@ class ColumnRules:
     @property
     def masked(self) -> bool:
         return any(t.masks for t in self.tables.values())
+
+    def shown_key(
+        self, relation: Relation, key_columns: Sequence[str], values: Sequence[str | None] | None
+    ) -> list[str | None] | None:
+        """A chunk key (text values of ``key_columns``) as it may leave the process (notifications, logs): a
+        hashed key column's value hashed, as the records' key has it. The clear key stays inside (the next
+        chunk's query, the state file)."""
+        if values is None:
+            return None
+        rules = self.tables.get(f"{relation.schema or 'pg_catalog'}.{relation.name}")
+        masks = {} if rules is None else rules.masks
+        return [
+            v if v is None or (mask := masks.get(column)) is None else mask.apply(v)
+            for column, v in zip(key_columns, values, strict=True)
+        ]
 
 
 NO_RULES: Final = ColumnRules()

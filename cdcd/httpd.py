@@ -8,8 +8,9 @@ the others. One request per connection (HTTP/1.0: the connection closes after th
 
 Limits: a connection has ``timeout_s`` from its accept to send its whole request head (an idle or slowloris
 client is dropped then) and as long again to take its response. At most ``max_connections`` are open: past
-that, the oldest connection still sending its request is dropped for the new one, so a flood of idle
-connections cannot keep a probe out. ``close`` stops the loop (which only ever waits in ``select``, a tick at
+that, the oldest connection still sending its request (else the oldest waiting for a worker) is dropped for
+the new one, so neither a flood of idle connections nor of requests queued behind slow ones can keep a probe
+out. ``close`` stops the loop (which only ever waits in ``select``, a tick at
 a time) and closes every socket, whatever the clients do.
 
 Why not ``socketserver.ThreadingMixIn``: a thread per connection blocks on its client; bounding the threads
@@ -125,6 +126,8 @@ class HttpServer:
                         self._accept()
                     elif key.data == "wake":
                         self._drain_wake()
+                    elif key.data not in self._connections:
+                        continue  # dropped earlier in this batch: evicted for a connection accepted in it
                     elif mask & selectors.EVENT_READ:
                         self._read(key.data)
                     else:
@@ -157,10 +160,12 @@ class HttpServer:
             self._selector.register(sock, selectors.EVENT_READ, connection)
 
     def _evict(self) -> bool:
-        """Drop the oldest connection still sending its request, to make room; False when none is."""
-        for connection in self._connections:
-            if connection.state == _READING:
-                self._drop(connection)
+        """Drop the oldest connection still sending its request, else the oldest waiting for a worker (requests
+        queued behind slow ones must not keep a probe out), to make room; False when every one is being answered."""
+        for state in (_READING, _WORKING):
+            oldest = next((c for c in self._connections if c.state == state), None)
+            if oldest is not None:
+                self._drop(oldest)
                 return True
         return False
 
@@ -259,6 +264,8 @@ class HttpServer:
     def _work(self) -> None:
         while (item := self._requests.get()) is not None:
             connection, environ = item
+            if connection.sock.fileno() < 0:
+                continue  # dropped while it waited: nobody to answer
             self._answers.put((connection, self._respond(environ)))
             self._wake()
 

@@ -240,7 +240,7 @@ class ReplicationLoop:
         committed = self.sink.committed(source.slot, info.system_id, fresh, self._beat_unless_stopped)
         if committed is not None:
             self.ledger.resume_at(committed.flush_lsn)
-            saved = committed_snapshot(committed, saved, source.slot)
+            saved = committed_snapshot(committed, saved, store)
         signal_offsets = {} if saved is None else saved.signal_offsets  # kept when a lost slot is made anew
         saved = resumable(saved, info, source.slot)
         log.info(
@@ -311,6 +311,7 @@ class ReplicationLoop:
                 request_key=self._request_key,
                 rejections=self.rejections,
                 renamed=partial(self._captured_name, reader),
+                columns=self.settings.columns.rules(),
             )
             if self.signals is not None:
                 self.signals.start(state.signal_offsets)
@@ -459,7 +460,7 @@ class ReplicationLoop:
         snapshotter = self.snapshotter
         if snapshotter is None:
             return (lambda: None), (lambda: None)
-        return (snapshotter.state.to_json), snapshotter.saved
+        return snapshotter.committable, snapshotter.saved
 
     def _count_snapshot_rows(self, table: str, rows: int) -> None:
         self.snapshot_rows[table] += rows

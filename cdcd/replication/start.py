@@ -11,7 +11,7 @@ import structlog
 
 from cdcd.lsn import format_lsn
 from cdcd.sink import Committed
-from cdcd.snapshot.state import SnapshotState, StateError
+from cdcd.snapshot.state import SnapshotState, StateError, StateStore
 from cdcd.source.failover import FAILOVER_VERSION, PromotionError, SlotSync, check_promotion, switch_point
 from cdcd.source.walsender import SessionInfo, SourceError
 
@@ -36,14 +36,18 @@ def slot_request(mode: str, saved: SnapshotState | None, state_path: Path) -> Sl
     return SlotRequest(export_snapshot=mode != "never", replace_lost=mode == "when_needed", must_exist=must_exist)
 
 
-def committed_snapshot(committed: Committed, saved: SnapshotState | None, slot: str) -> SnapshotState | None:
-    """Exactly-once: the snapshot state committed with the data wins over the state file (which may be ahead
-    of it: it is saved before the Kafka transaction commits). Without one, the file (a switch from
-    at-least-once)."""
-    if committed.snapshot is None:
+def committed_snapshot(committed: Committed, saved: SnapshotState | None, store: StateStore) -> SnapshotState | None:
+    """Exactly-once: the snapshot state committed with the data wins over the state file's own (which may be
+    ahead of it: it is saved before the Kafka transaction commits). The progress record names it and the file
+    keeps it (``StateStore.stage``); a version 1 record carried it whole. Without one, the file's own (a switch
+    from at-least-once)."""
+    snapshot, slot = committed.snapshot, store.slot
+    if snapshot is None:
         return saved
+    if "digest" in snapshot:
+        snapshot = store.committed_state(snapshot)
     try:
-        state = SnapshotState.from_json(dict(committed.snapshot))
+        state = SnapshotState.from_json(dict(snapshot))
     except TypeError as exc:
         raise StateError(f"the progress topic's snapshot state has an unexpected layout: {exc}") from None
     if state.slot != slot:

@@ -34,7 +34,8 @@ class Committed:
 
     ``flush_lsn``: the WAL position to confirm. ``position``: the start LSN of the last record written (a
     transaction's commit record, a message): anything at or below it is written already, whatever the server
-    sends again. ``snapshot``: the snapshot state (``SnapshotState.to_json``) as of that commit.
+    sends again. ``snapshot``: what names the snapshot state as of that commit (``StateStore.stage``; in a
+    version 1 record, the state itself).
     """
 
     flush_lsn: int

@@ -3,8 +3,12 @@ transaction beside the data it covers, and read back (``read_committed``) at the
 
 The record is JSON (an internal topic: no registry, readable with any console consumer)::
 
-    {"version": 1, "slot": "cdcd", "system_id": "7301...", "flush_lsn": 23456, "position": 23400,
-     "snapshot": {...SnapshotState...} | null}
+    {"version": 2, "slot": "cdcd", "system_id": "7301...", "flush_lsn": 23456, "position": 23400,
+     "snapshot": {"digest": "9f2c...", "queued": 3, "initial": "done"} | null}
+
+``snapshot`` names the snapshot state committed with the data, which the state file keeps
+(``StateStore.stage``): the record stays small however many tables are queued, and holds no chunk key. A
+version 1 record (read still) carried the state itself.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from cdcd.sink import Committed, SinkFailure
 from cdcd.sink.clients import kafka_away
 
-VERSION = 1
+VERSION = 2
+_READABLE = (1, 2)
 _WINDOWS = (256, 4096, 65536)  # records read back from the end of a partition before reading it all
 
 
@@ -59,7 +64,7 @@ def decode(value: bytes, slot: str, system_id: str, topic: str) -> Committed:
         committed = Committed(int(data["flush_lsn"]), int(data["position"]), data["snapshot"])
     except (ValueError, TypeError, KeyError) as exc:
         raise ProgressTopicError(f"{where}: the last record is not a cdcd progress record ({exc!r})") from None
-    if version != VERSION:
+    if version not in _READABLE:
         raise ProgressTopicError(f"{where}: record version {version} is not {VERSION} (written by another cdcd?)")
     if record_slot != slot:
         raise ProgressTopicError(f"{where}: the record keyed {slot!r} names slot {record_slot!r}")

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import structlog
 
 from cdcd.batches import SnapshotBatch, SnapshotRecords
+from cdcd.columns import NO_RULES, ColumnRules
 from cdcd.filters.plan import FilterPlan
 from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import Change, LogicalMessage, Relation, Row, Type
@@ -137,6 +138,7 @@ class _Open:
     progress: TableProgress
     window: ChunkWindow
     relation: Relation
+    key_columns: tuple[str, ...]
     last_key: list[str | None] | None  # key of the chunk's last row read (dropped or not)
     final: bool  # fewer rows than chunk_size: the table ends here
 
@@ -167,6 +169,7 @@ class Snapshotter:
     request_key: bytes | None = None
     rejections: Rejections = field(default_factory=Rejections)  # control input refused (cdcd_control_rejected)
     renamed: Callable[[int], str | None] = lambda relation_id: None  # a captured table's name now, by relation id
+    columns: ColumnRules = NO_RULES  # a key column masked by hash is shown hashed (notifications, logs)
 
     # -- shared -------------------------------------------------------------------------------------
 
@@ -239,6 +242,7 @@ class Snapshotter:
             filtered=condition is not None,
             estimated_rows="unknown" if estimated is None else estimated,
             rows_done=item.rows,
+            after_key=self.columns.shown_key(table.relation, table.key_columns, after),
             id=item.id,
         )
 
@@ -424,9 +428,13 @@ class Snapshotter:
             batch = SnapshotBatch(relation, rows, lsn, time.time_ns() // 1000, "true", first, last, done)
         self.sink.write_snapshot(batch, self.ledger)
 
+    def committable(self) -> dict[str, Any]:
+        """What an exactly-once sink's progress record carries for the state in memory (``StateStore.stage``)."""
+        return self.store.stage(self.state)
+
     def saved(self) -> None:
         """The progress in memory is committed (an exactly-once sink's commit): save it."""
-        self.store.save(self.state)
+        self.store.save(self.state, committed=True)
 
     def initial_finished(self) -> None:
         self.reader.end_transaction()
@@ -488,15 +496,14 @@ class Snapshotter:
         if not remaining:
             self.notices.completed(item.snapshot)
 
-    def _chunk_notice(self, item: TableProgress, last_key: list[str | None] | None) -> None:
+    def _chunk_notice(self, item: TableProgress, current: _Open) -> None:
         if self.notices is None:
             return
         meter = self.meters.tables.get(item.table)
         estimated = meter.estimated if meter is not None and meter.id == item.id else None
         tables = self._tables_of(item.snapshot)
-        self.notices.in_progress(
-            item.snapshot, tables, item.table, last_key, rows=self._rows(item), estimated=estimated
-        )
+        key = self.columns.shown_key(current.relation, current.key_columns, current.last_key)
+        self.notices.in_progress(item.snapshot, tables, item.table, key, rows=self._rows(item), estimated=estimated)
 
     # -- incremental ----------------------------------------------------------------------------------
 
@@ -559,7 +566,7 @@ class Snapshotter:
             name, relation, chunk.table.key_columns, rows, watermark, until=chunk.position, snapshot=snapshot
         )
         last = key_values(relation, chunk.table.key_columns, rows[-1]) if rows else after
-        self.window = _Open(item, window, relation, last, len(rows) < self.chunk_size)
+        self.window = _Open(item, window, relation, chunk.table.key_columns, last, len(rows) < self.chunk_size)
 
     def _describe(self, item: TableProgress) -> Table | None:
         """``item``'s table, followed by relation id when renamed since it was queued (its name may be another
@@ -644,7 +651,7 @@ class Snapshotter:
         batch = SnapshotBatch(current.relation, rows, lsn, time.time_ns() // 1000, "incremental", done=done)
         self.sink.write_snapshot(batch, self.ledger)
         self._count(item, len(rows))
-        self._chunk_notice(item, current.last_key)
+        self._chunk_notice(item, current)
         if current.final:
             self._table_done(item)
             self.handed.add(item.id)  # stays queued until acknowledged; the next table goes on meanwhile
@@ -749,8 +756,13 @@ class Snapshotter:
                 log.info("an incremental snapshot of this table and condition is queued already", table=table)
 
     def _stop(self, signal: StopSnapshot) -> None:
+        """Stop the incremental snapshots of the tables named, or every one. What an interrupted initial snapshot
+        left is stopped only when its table is named: its rows would never arrive otherwise."""
         queue = self.state.queue
-        stopped = [p for p in queue if not signal.collections or signals.select(signal.collections, [p.table])]
+        if signal.collections:
+            stopped = [p for p in queue if signals.select(signal.collections, [p.table])]
+        else:
+            stopped = [p for p in queue if not p.resumed_initial]
         if not stopped:
             log.info("stop-snapshot: no incremental snapshot to stop", id=signal.id)
             return
@@ -842,11 +854,8 @@ def start_state(
     for item in state.queue:
         if item.kind == "initial":
             item.kind, item.resumed_initial = "incremental", True
-            log.warning(
-                "initial snapshot was interrupted: continuing it incrementally",
-                table=item.table,
-                after_key=item.last_key,
-                rows_done=item.rows,
+            log.warning(  # its key (perhaps to hash) is logged when it is read (``_begin``)
+                "initial snapshot was interrupted: continuing it incrementally", table=item.table, rows_done=item.rows
             )
     if state.initial == "running":
         state.initial = "done"

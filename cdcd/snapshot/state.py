@@ -3,17 +3,23 @@
 A table's progress advances only after Kafka (or the JSON lines file) has every row up to ``last_key``, so a
 restart resumes after the last finished chunk. A table read in key ranges (a parallel initial snapshot) is one
 entry per range: a finished range leaves the queue, so a restart reads only the ranges left, each after its
-own last key. The file is replaced atomically (write, fsync, rename).
+own last key. The file is replaced atomically (write, fsync, rename), readable by its owner only (0600).
+
+With an exactly-once sink, the state committed with the data is kept here too, and the progress record in
+Kafka only names it (``StateStore.stage``): that record is written in every Kafka transaction and read by
+whoever may read the topic, so it carries neither the whole state (6,000 queued tables made it pass
+``message.max.bytes``) nor a chunk key, which is in clear here (the next chunk's query needs it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from cdcd.ledger import Positions
 
@@ -65,8 +71,9 @@ class SnapshotState:
     fresh_slot: bool = False
 
     def enqueue(self, progress: TableProgress) -> bool:
-        """Queue a snapshot unless the same table with the same condition is already queued."""
-        if any(p.table == progress.table and p.where == progress.where for p in self.queue):
+        """Queue a snapshot unless the same table with the same condition is already queued (a key range of it
+        is not the same: it holds part of the table only)."""
+        if any(_same_rows(p, progress) for p in self.queue):
             return False
         self.queue.append(progress)
         return True
@@ -82,6 +89,18 @@ class SnapshotState:
     def from_json(cls, data: dict[str, Any]) -> SnapshotState:
         queue = [TableProgress(**p) for p in data.pop("queue", [])]
         return cls(**data, queue=queue)
+
+
+def _same_rows(a: TableProgress, b: TableProgress) -> bool:
+    return (a.table, a.where, a.key_range) == (b.table, b.where, b.key_range)
+
+
+def _private(path: Path) -> IO[str]:
+    """``path`` opened for writing, readable by its owner only whatever the umask: the state holds chunk keys in
+    clear (a hashed key column's too: the next chunk's query needs them)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file left by an older cdcd keeps its mode otherwise
+    return os.fdopen(fd, "w")
 
 
 def state_dir_problem(state_dir: Path) -> str | None:
@@ -105,6 +124,11 @@ class StateStore:
         self.slot = slot
         self.positions = Positions()
         self._saved: dict[str, Any] | None = None  # the state as last saved or loaded
+        # exactly-once: the states a progress record may name, by digest: the one committed last and the one the
+        # Kafka transaction being committed names (``stage``); a restart finds either
+        self.committed: dict[str, dict[str, Any]] = {}
+        self._committed_digest: str | None = None
+        self._staged: str | None = None
 
     def load(self) -> SnapshotState | None:
         try:
@@ -117,6 +141,7 @@ class StateStore:
             raise StateError(f"snapshot state {self.path} is not valid JSON: {exc}") from None
         try:
             self.positions = Positions(**data.pop("positions", {}))
+            self.committed = dict(data.pop("committed", {}))
             self._saved = dict(data)
             state = SnapshotState.from_json(data)
         except TypeError as exc:
@@ -125,8 +150,39 @@ class StateStore:
             raise StateError(f"snapshot state {self.path} belongs to slot {state.slot!r}, not {self.slot!r}")
         return state
 
-    def save(self, state: SnapshotState) -> None:
+    def save(self, state: SnapshotState, *, committed: bool = False) -> None:
+        """Save ``state``; ``committed``: the state ``stage`` named last is now committed in Kafka (the only one
+        a progress record names from now on)."""
+        if committed and self._staged is not None:
+            self._committed_digest = self._staged
+            self.committed = {self._staged: self.committed[self._staged]}
         self._write(state.to_json())
+
+    def stage(self, state: SnapshotState) -> dict[str, Any]:
+        """What an exactly-once progress record carries for ``state``: its digest (and a summary, for whoever
+        reads the topic), a few dozen bytes however large the state. ``state`` is written to the file first,
+        beside the state committed last, so that a restart finds whichever of the two Kafka committed."""
+        data = state.to_json()
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+        self._staged = digest
+        if digest not in self.committed:
+            kept = self._committed_digest
+            self.committed = {d: s for d, s in self.committed.items() if d == kept} | {digest: data}
+            self._write(data if self._saved is None else self._saved)
+        return {"digest": digest, "queued": len(state.queue), "initial": state.initial}
+
+    def committed_state(self, reference: dict[str, Any]) -> dict[str, Any]:
+        """The state a progress record names (``stage``)."""
+        digest = reference.get("digest")
+        data = self.committed.get(str(digest))
+        if data is None:
+            raise StateError(
+                f"the progress topic's last record names snapshot state {digest}, which {self.path} does not hold:"
+                " exactly-once delivery keeps the snapshot state there (was the file removed or replaced?). Restore"
+                " it, or drop the slot and the progress topic's record to start again"
+            )
+        self._committed_digest = str(digest)
+        return data
 
     def save_positions(self, positions: Positions) -> None:
         """Save ``positions`` beside the state as last saved (never the state in memory, which may be ahead of
@@ -140,9 +196,10 @@ class StateStore:
         self._saved = state
         tmp = self.path.with_suffix(".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with tmp.open("w") as f:
-                json.dump({**state, "positions": asdict(self.positions)}, f, indent=1)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with _private(tmp) as f:
+                committed = {"committed": self.committed} if self.committed else {}
+                json.dump({**state, "positions": asdict(self.positions), **committed}, f, indent=1)
                 f.flush()
                 os.fsync(f.fileno())
             tmp.replace(self.path)

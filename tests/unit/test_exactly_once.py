@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import structlog
@@ -15,8 +17,10 @@ from confluent_kafka import KafkaError, KafkaException
 
 from cdcd.batches import SnapshotBatch
 from cdcd.config import KafkaSettings, SchemaRegistrySettings
+from cdcd.filters.plan import FilterPlan
 from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import RowChange
+from cdcd.replication.loop import ReplicationLoop
 from cdcd.replication.start import committed_snapshot
 from cdcd.sink import Committed, SessionContext, SinkFailure, SinkRewind
 from cdcd.sink import progress_topic as records
@@ -24,7 +28,8 @@ from cdcd.sink.kafka import KafkaSink
 from cdcd.sink.registry import KafkaRegistry
 from cdcd.sink.transactional import ExactlyOnceDelivery
 from cdcd.sink.transport import KafkaTransport
-from cdcd.snapshot.state import SnapshotState, StateError, TableProgress
+from cdcd.snapshot.runner import BatchWriter, Reader, Snapshotter
+from cdcd.snapshot.state import SnapshotState, StateError, StateStore, TableProgress
 from tests.unit.test_shaping import REL, Registry, shaper, txn
 
 SYSTEM = "7300000000000000001"
@@ -43,7 +48,7 @@ def test_progress_record_round_trip() -> None:
     [
         (b"not json", "is not a cdcd progress record"),
         (b'{"version": 1}', "is not a cdcd progress record"),
-        (records.encode("s", SYSTEM, Committed(1, 1, None))[1].replace(b'"version":1', b'"version":9'), "version 9"),
+        (records.encode("s", SYSTEM, Committed(1, 1, None))[1].replace(b'"version":2', b'"version":9'), "version 9"),
         (records.encode("other", SYSTEM, Committed(1, 1, None))[1], "names slot 'other'"),
         (records.encode("s", "42", Committed(1, 1, None))[1], "belongs to database system 42"),
         (
@@ -57,17 +62,19 @@ def test_a_record_cdcd_cannot_use_is_an_error_naming_it(value: bytes, error: str
         records.decode(value, "s", SYSTEM, "__cdcd-progress-cdcd")
 
 
-def test_the_committed_snapshot_state_wins_over_the_state_file() -> None:
+def test_the_committed_snapshot_state_wins_over_the_state_file(tmp_path: Path) -> None:
+    """A version 1 record carries the state itself."""
+    store = StateStore(tmp_path, "s")
     file_state = SnapshotState("s", initial="done", queue=[TableProgress("public.t", "incremental", last_key=["9"])])
     kafka_state = SnapshotState("s", initial="done", queue=[TableProgress("public.t", "incremental", last_key=["5"])])
-    chosen = committed_snapshot(Committed(1, 1, kafka_state.to_json()), file_state, "s")
+    chosen = committed_snapshot(Committed(1, 1, kafka_state.to_json()), file_state, store)
     assert chosen is not None
     assert chosen.queue[0].last_key == ["5"]
-    assert committed_snapshot(Committed(1, 1, None), file_state, "s") is file_state
+    assert committed_snapshot(Committed(1, 1, None), file_state, store) is file_state
     with pytest.raises(StateError, match="belongs to slot 's'"):
-        committed_snapshot(Committed(1, 1, kafka_state.to_json()), None, "other")
+        committed_snapshot(Committed(1, 1, kafka_state.to_json()), None, StateStore(tmp_path, "other"))
     with pytest.raises(StateError, match="unexpected layout"):
-        committed_snapshot(Committed(1, 1, {"slot": "s", "colour": 1}), None, "s")
+        committed_snapshot(Committed(1, 1, {"slot": "s", "colour": 1}), None, store)
 
 
 def test_progress_resumes_at_a_committed_position_and_drops_what_was_dropped() -> None:
@@ -410,3 +417,63 @@ def test_only_a_fatal_epoch_error_of_the_client_stops_it() -> None:
     assert out.transport._failure is None
     out.transport.client_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
     assert "took over (fenced)" in str(out.transport._failure)
+
+
+# -- the snapshot state the record names --------------------------------------------------------------------
+
+CARD = "4111111111111111"  # a chunk key: the value of a key column masked by hash
+
+
+def snapshotter(tmp_path: Path, tables: int) -> Snapshotter:
+    """An exactly-once sink's snapshotter with ``tables`` tables queued (newly captured by a pattern)."""
+    names = [f"public.table_{i:05}" for i in range(tables)]
+    queue = [TableProgress(name, "incremental") for name in names]
+    state = SnapshotState("s", initial="done", known_tables=names, queue=queue)
+    store = StateStore(tmp_path, "s")
+    store.save(state)
+    nothing = cast(Any, None)  # neither reads nor writes here
+    return Snapshotter(
+        cast(Reader, nothing), cast(BatchWriter, nothing), Ledger(), store, state, FilterPlan([]), 10, {}
+    )
+
+
+def test_the_progress_record_stays_small_with_6000_queued_tables_and_holds_no_chunk_key(tmp_path: Path) -> None:
+    snapshots = snapshotter(tmp_path, 6000)
+    loop = cast(ReplicationLoop, SimpleNamespace(snapshotter=snapshots))
+    out, producer = sink(*ReplicationLoop._snapshot_hooks(loop))  # the hooks as the loop hands them over
+    first = snapshots.state.queue[0]
+
+    def done() -> None:
+        first.last_key, first.rows = [CARD], 2
+
+    out.write_snapshot(SnapshotBatch(REL, [("1", "a"), ("2", "b")], 0x50, 0, "incremental", done=done), Ledger())
+    out.flush(1.0)
+    _, (topic, _, value) = producer.calls[-2]
+    assert topic == "__cdcd-progress-cdcd"
+    assert len(value) < 1_000_000  # message.max.bytes (1 MB): above it, produce fails with MSG_SIZE_TOO_LARGE
+    assert CARD.encode() not in value
+    restarted = StateStore(tmp_path, "s")
+    state = committed_snapshot(records.decode(value, "s", SYSTEM, "__cdcd-progress-cdcd"), restarted.load(), restarted)
+    assert state is not None
+    assert len(state.queue) == 6000
+    assert (state.queue[0].last_key, state.queue[0].rows) == ([CARD], 2)
+
+
+def test_a_restart_finds_the_state_kafka_committed_whether_the_last_commit_went_through_or_not(tmp_path: Path) -> None:
+    store = snapshotter(tmp_path, 1).store
+    state = store.load()
+    assert state is not None
+    before = store.stage(state)
+    store.save(state, committed=True)
+    state.queue[0].last_key = ["7"]
+    after = store.stage(state)  # written before the Kafka commit: the process may die before or after it
+    for reference, key in ((before, None), (after, ["7"])):
+        restarted = StateStore(tmp_path, "s")
+        chosen = committed_snapshot(Committed(1, 1, reference), restarted.load(), restarted)
+        assert chosen is not None
+        assert chosen.queue[0].last_key == key
+    state.queue[0].last_key = ["9"]
+    store.stage(state)  # the commit of ``after`` failed (a rewind): the one before is still what Kafka has
+    assert set(json.loads(store.path.read_text())["committed"]) == {before["digest"], store.stage(state)["digest"]}
+    with pytest.raises(StateError, match="does not hold"):
+        committed_snapshot(Committed(1, 1, {"digest": "0" * 64}), None, StateStore(tmp_path, "s"))

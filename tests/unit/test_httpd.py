@@ -151,6 +151,25 @@ def test_a_slow_application_holds_no_probe_and_no_stop(served: Served) -> None:
                 future.result(timeout=10)
 
 
+def test_queued_requests_up_to_the_limit_hold_no_probe_out() -> None:
+    """Every connection waits for a worker (both stuck in a slow request): the oldest waiting one makes room."""
+    server, app, base = serve(timeout_s=60, max_connections=8)
+    queued = [connect(base) for _ in range(8)]
+    try:
+        for sock in queued:
+            sock.sendall(b"GET /slow HTTP/1.0\r\n\r\n")
+        assert app.slow_started.acquire(timeout=5)
+        assert app.slow_started.acquire(timeout=5)
+        wait_for(lambda: server.connections == 8)
+        assert get(base + "/healthz", timeout=5) == (200, "/healthz||")  # the old code closed it unanswered
+        assert server.connections <= 8
+    finally:
+        app.release.set()
+        server.close()
+        for sock in queued:
+            sock.close()
+
+
 def test_a_client_that_does_not_read_its_response_is_dropped(served: Served) -> None:
     server, app, base = served
     app.big_size = 16 * 1024 * 1024  # more than the kernel's socket buffers take

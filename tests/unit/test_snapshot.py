@@ -4,6 +4,8 @@ and what to snapshot at start."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -242,3 +244,24 @@ def test_state_dir_problem_names_the_directory(tmp_path: Path) -> None:
     problem = state_dir_problem(tmp_path / "file" / "sub")
     assert problem is not None
     assert f"snapshot.state_dir {tmp_path / 'file' / 'sub'} is not writable" in problem
+
+
+def test_the_state_file_and_the_json_lines_output_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    """They hold chunk keys and rows in clear: a hashed key column's too."""
+    from cdcd.cli import _sink  # noqa: PLC0415
+    from cdcd.config import Settings  # noqa: PLC0415
+
+    store = StateStore(tmp_path / "state", "s1")
+    old = os.umask(0o022)
+    try:
+        store.path.parent.mkdir()
+        store.path.write_text("{}")  # as an older cdcd left it: 0644
+        store.save(SnapshotState("s1", queue=[TableProgress("public.t", "initial", last_key=["secret"])]))
+        output = tmp_path / "out.jsonl"
+        _, _, out = _sink(Settings.model_validate({"source": {"dsn": "host=x"}}), str(output))
+        assert out is not None
+        out.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(output.stat().st_mode) == 0o600
