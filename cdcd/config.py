@@ -473,20 +473,26 @@ class KafkaSettings(_Section):
 
 class SchemaRegistrySettings(_Section):
     url: str = Field("http://127.0.0.1:8081", description="Confluent-compatible schema registry for the Avro schemas")
-    client: dict[str, str] = Field(
+    client: dict[str, str | int | float] = Field(
         default_factory=dict,
         description="more schema registry client settings, e.g. basic.auth.user.info (user:password),"
-        " ssl.ca.location, ssl.certificate.location, ssl.key.location",
+        " ssl.ca.location, ssl.certificate.location, ssl.key.location, max.retries (a number)",
+    )
+    timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="give up a request the registry does not answer after this long (it is then waited for as a"
+        " registry that is away, and asked again)",
     )
 
     def client_config(self) -> dict[str, Any]:
-        return {**self.client, "url": self.url}
+        return {**self.client, "url": self.url, "timeout": self.timeout_s}
 
     @model_validator(mode="after")
     def _register_passwords(self) -> SchemaRegistrySettings:
         """Basic-auth passwords, in the URL or in ``client``, are masked in every output."""
         register_url_password(self.url)
-        register_secret(self.client.get("basic.auth.user.info", "").partition(":")[2] or None)
+        register_secret(str(self.client.get("basic.auth.user.info", "")).partition(":")[2] or None)
         return self
 
 

@@ -105,7 +105,11 @@ def test_kafka_connection_settings_reach_every_client_and_secrets_are_masked(tmp
         "sasl.password": "k-secret",
         "ssl.ca.location": "/ca.pem",
     }
-    assert settings.schema_registry.client_config() == {"url": "https://r", "basic.auth.user.info": "cdcd:r-secret"}
+    assert settings.schema_registry.client_config() == {
+        "url": "https://r",
+        "basic.auth.user.info": "cdcd:r-secret",
+        "timeout": 10.0,
+    }
     assert "secret" not in redact("failed with k-secret and r-secret")
 
 
