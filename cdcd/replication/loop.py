@@ -39,6 +39,7 @@ from cdcd.snapshot.notifications import Notices
 from cdcd.snapshot.reader import SnapshotReader
 from cdcd.snapshot.runner import Parallel, Snapshotter, start_state
 from cdcd.snapshot.signals import SignalSource
+from cdcd.snapshot.sizing import ChunkSize
 from cdcd.snapshot.state import SnapshotState, StateStore
 from cdcd.snapshot.untrusted import Rejections
 from cdcd.source.primary import Primary
@@ -89,6 +90,8 @@ class ReplicationLoop:
         self.snapshotter: Snapshotter | None = None
         self.snapshot_rows: Counter[str] = Counter()  # rows snapshotted, by table
         self.meters = SnapshotMeters(settings.snapshot.progress_interval_s)  # kept across reconnects
+        # the rows of an incremental chunk: fewer after one that outlasted its deadline, which ends the session
+        self.chunk_sizes = ChunkSize(settings.snapshot.chunk_size, Timeouts.of(settings.source).deadline_s)
         self._captured: list[str] = []
         self._recent_xids: deque[int] = deque(maxlen=4096)  # transactions just written (chunk visibility check)
         self.store: StateStore | None = None  # the session's state file (snapshot state, positions)
@@ -312,6 +315,7 @@ class ReplicationLoop:
                 rejections=self.rejections,
                 renamed=partial(self._captured_name, reader),
                 columns=self.settings.columns.rules(),
+                sizes=self.chunk_sizes,
             )
             if self.signals is not None:
                 self.signals.start(state.signal_offsets)

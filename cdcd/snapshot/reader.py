@@ -66,6 +66,10 @@ class TableGone(LookupError):
     """The table no longer exists (dropped or renamed since the snapshot was queued)."""
 
 
+class ChunkDeadline(SourceDisconnected, TimeoutError):
+    """An incremental chunk outlasted its connection's deadline, which gave the connection up."""
+
+
 @dataclass(frozen=True)
 class SnapshotTable:
     """A table as a snapshot reads it: its Relation (what pgoutput would send) and its chunk key."""
@@ -335,11 +339,14 @@ class SnapshotReader:
         conn = self.conn
         read = self._chunk_read_only if self.read_only else self._chunk
         try:
-            with self.timeouts.deadline(conn):
+            with self.timeouts.deadline(conn) as passed:
                 return read(name, condition, after, limit, watermark)
         except ConfigError:
             raise
         except psycopg.OperationalError as exc:
+            if passed.is_set():
+                seconds = self.timeouts.deadline_s
+                raise ChunkDeadline(f"a chunk of {limit} rows of {name} took more than {seconds:g} s") from None
             raise SourceDisconnected(f"snapshot connection lost: {_first(exc)}") from None
         except UndefinedTable:  # dropped between its description and its lock
             raise TableGone(f"table {name} does not exist") from None

@@ -52,6 +52,7 @@ from cdcd.snapshot.signals import (
     SignalRecord,
     StopSnapshot,
 )
+from cdcd.snapshot.sizing import ChunkSize
 from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
 from cdcd.snapshot.untrusted import Rejected, Rejections
 from cdcd.snapshot.window import ChunkWindow
@@ -170,6 +171,12 @@ class Snapshotter:
     rejections: Rejections = field(default_factory=Rejections)  # control input refused (cdcd_control_rejected)
     renamed: Callable[[int], str | None] = lambda relation_id: None  # a captured table's name now, by relation id
     columns: ColumnRules = NO_RULES  # a key column masked by hash is shown hashed (notifications, logs)
+    # the rows of the next incremental chunk, kept by the loop across sessions; None: always ``chunk_size``
+    sizes: ChunkSize | None = None
+
+    def __post_init__(self) -> None:
+        if self.sizes is None:
+            self.sizes = ChunkSize(self.chunk_size, 0.0)
 
     # -- shared -------------------------------------------------------------------------------------
 
@@ -549,7 +556,7 @@ class Snapshotter:
             return
         self._begin(item, table, condition, after)
         try:
-            chunk = self.reader.chunk(item.table, condition, after, self.chunk_size, watermark)
+            chunk, limit = self._read_chunk(item, condition, after, watermark)
         except LookupError:  # dropped since it was described
             self._gone(item)
             return
@@ -566,7 +573,7 @@ class Snapshotter:
             name, relation, chunk.table.key_columns, rows, watermark, until=chunk.position, snapshot=snapshot
         )
         last = key_values(relation, chunk.table.key_columns, rows[-1]) if rows else after
-        self.window = _Open(item, window, relation, chunk.table.key_columns, last, len(rows) < self.chunk_size)
+        self.window = _Open(item, window, relation, chunk.table.key_columns, last, len(rows) < limit)
 
     def _describe(self, item: TableProgress) -> Table | None:
         """``item``'s table, followed by relation id when renamed since it was queued (its name may be another
@@ -600,6 +607,28 @@ class Snapshotter:
         if meter is not None and meter.id == _meter_id(item):
             del self.meters.tables[item.table]
         self.store.save(self.state)
+
+    def _read_chunk(
+        self, item: TableProgress, condition: str | None, after: Sequence[str | None] | None, watermark: str
+    ) -> tuple[Chunk, int]:
+        """The next chunk of ``item``, and the rows it asked for (``sizes``). One that outlasted its connection's
+        deadline (the reader's TimeoutError; the session then starts again) is asked with fewer rows next time."""
+        sizes = self.sizes
+        assert sizes is not None  # __post_init__
+        limit, began = sizes.rows, time.monotonic()
+        try:
+            chunk = self.reader.chunk(item.table, condition, after, limit, watermark)
+        except TimeoutError:
+            fewer = sizes.timed_out()
+            log.warning(
+                "snapshot chunk outlasted its deadline: reading it again with fewer rows",
+                table=item.table,
+                rows=limit,
+                next_rows=fewer,
+            )
+            raise
+        sizes.took(time.monotonic() - began)
+        return chunk, limit
 
     @property
     def watching(self) -> bool:

@@ -123,19 +123,21 @@ class Timeouts:
         return max(self.receive_s, self.statement_s) + 5 if self.receive_s else 0.0
 
     @contextlib.contextmanager
-    def deadline(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+    def deadline(self, conn: psycopg.Connection[Any]) -> Iterator[threading.Event]:
         """Give up ``conn`` if the block still waits on it after ``deadline_s``: its socket is shut down, so the
         wait ends in an error. A partition holds packets without a word, and neither the server's
-        statement_timeout nor TCP keepalives (answered by whatever sits in between) would end that wait."""
+        statement_timeout nor TCP keepalives (answered by whatever sits in between) would end that wait. What it
+        yields is set once the deadline passed (the error is then the deadline's)."""
+        passed = threading.Event()
         seconds = self.deadline_s
         if not seconds:
-            yield
+            yield passed
             return
-        timer = threading.Timer(seconds, _shut_down, [conn.pgconn.socket])
+        timer = threading.Timer(seconds, _give_up, [conn.pgconn.socket, passed])
         timer.daemon = True
         timer.start()
         try:
-            yield
+            yield passed
         finally:
             timer.cancel()
 
@@ -201,6 +203,11 @@ class _Connecting:
         self._thread.join()
         if self._made is not None:
             self._made.close()
+
+
+def _give_up(fd: int, passed: threading.Event) -> None:
+    passed.set()
+    _shut_down(fd)
 
 
 def _shut_down(fd: int) -> None:
