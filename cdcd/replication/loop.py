@@ -12,7 +12,7 @@ import contextlib
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,7 @@ SNAPSHOT_BACKPRESSURE = 50_000  # messages in flight in the sink above which no 
 # While a read-only snapshot window waits for the stream to pass its position, the server is asked for a keepalive
 # (its position) this often: an idle server sends one only every wal_sender_timeout / 2.
 POSITION_ASK_S = 0.1
+STOP_CHECK_S = 0.2  # how often a thread looks for a stop request while the main thread waits on the server
 
 
 class _Stopped(Exception):
@@ -325,7 +326,9 @@ class ReplicationLoop:
                 info.database, decoder.types, self._beat_unless_stopped, plans, *self._snapshot_hooks()
             )
             initial = info.exported_snapshot is not None and state.initial == "running"
-            if initial and (not self._initial_snapshot(info, self.snapshotter, context) or mode == "initial_only"):
+            if initial and (
+                not self._initial_snapshot(info, self.snapshotter, context, reader) or mode == "initial_only"
+            ):
                 return
             walsender.start_replication(self.ledger.flushed_lsn)
             core.heard(time.monotonic())
@@ -402,19 +405,25 @@ class ReplicationLoop:
         encoder = self.sink.snapshot_encoder if isinstance(self.sink, SnapshotEncoding) else None
         return Parallel(connections, open_reader, reader.split, encoder)
 
-    def _initial_snapshot(self, info: SessionInfo, snapshotter: Snapshotter, context: SessionContext) -> bool:
+    def _initial_snapshot(
+        self, info: SessionInfo, snapshotter: Snapshotter, context: SessionContext, reader: SnapshotReader
+    ) -> bool:
         """Read the tables in the slot's exported snapshot, and wait until the sink has all of it; False when a
-        stop was asked for first."""
+        stop was asked for first. A stop request cancels the statement ``reader`` runs: a COPY whose filter
+        passes few rows would otherwise go on for minutes before its next batch looks at the stop request."""
         self.notifier.ready("initial snapshot")
         self.state.streaming = True  # ready: the daemon is doing its work (and Prometheus keeps scraping it)
         self.state.phase = "initial snapshot"
         self.sink.start_session(context)
         assert info.exported_snapshot is not None
         try:
-            snapshotter.run_initial(info.exported_snapshot, self._snapshot_poll)
-        except _Stopped:
+            with self._cancelled_on_stop(reader):
+                snapshotter.run_initial(info.exported_snapshot, self._snapshot_poll)
+        except (_Stopped, SourceDisconnected, SourceError) as exc:
+            if not isinstance(exc, _Stopped) and not self.stop.is_set():
+                raise
             self._initial_aborted(snapshotter)
-            raise
+            raise _Stopped from None  # a statement the stop cancelled
         while self.ledger.pending and not self.stop.is_set():
             self.sink.flush(1.0)
             self._write_notices()
@@ -426,6 +435,27 @@ class ReplicationLoop:
         point = format_lsn(info.consistent_point or 0)
         log.info("initial snapshot done", rows=self.snapshot_rows.total(), consistent_point=point)
         return True
+
+    @contextlib.contextmanager
+    def _cancelled_on_stop(self, reader: SnapshotReader) -> Iterator[None]:
+        """While the block runs, a stop request cancels the statement ``reader`` runs (checked by a thread of its
+        own every ``STOP_CHECK_S``: the main thread waits on the server)."""
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(STOP_CHECK_S):
+                if self.stop.is_set():
+                    log.info("stop requested: cancelling the snapshot's statement")
+                    reader.cancel()
+                    return
+
+        watcher = threading.Thread(target=watch, name="cancel-on-stop", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            watcher.join()
 
     def _initial_aborted(self, snapshotter: Snapshotter) -> None:
         snapshotter.initial_aborted()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
+import structlog
 from psycopg import pq, sql
 from psycopg.errors import UndefinedTable, error_from_result
 from psycopg.generators import fetch_many
@@ -46,6 +47,7 @@ from cdcd.source.standby import INCREMENTAL_NEEDS_PRIMARY, in_recovery, wait_rep
 from cdcd.source.walsender import SourceDisconnected, SourceError, Timeouts, connect
 
 Conn = psycopg.Connection[Any]
+log = structlog.get_logger("cdcd.snapshot")
 _T = TypeVar("_T")
 
 _ROWS_AT_ONCE = 1000  # COPY lines ``rows`` decodes in one call of the row stage
@@ -208,6 +210,13 @@ class SnapshotReader:
 
     def close(self) -> None:
         self.conn.close()
+
+    def cancel(self) -> None:
+        """Cancel the statement running now (PostgreSQL's cancel; from another thread): it ends in an error."""
+        try:
+            self.conn.cancel_safe(timeout=5)
+        except psycopg.Error as exc:  # the connection is lost anyway: the statement ends with it
+            log.debug("cannot cancel the snapshot statement", error=_first(exc))
 
     def use_exported(self, snapshot_name: str) -> None:
         """Read in the snapshot CREATE_REPLICATION_SLOT exported (until ``end_transaction``)."""
