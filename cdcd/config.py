@@ -251,6 +251,12 @@ class SourceSettings(_Section):
         ge=0,
         description="statement_timeout of the catalog queries (not of replication or snapshot reads); 0: none",
     )
+    slot_create_timeout_s: float = Field(
+        300.0,
+        ge=0,
+        description="give up creating the slot after this long (CREATE_REPLICATION_SLOT waits for the transactions"
+        " running on the server to end; on a standby, for a running-xacts record) and retry with backoff; 0: none",
+    )
 
     @field_validator("dsn", "primary_dsn")
     @classmethod

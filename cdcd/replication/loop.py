@@ -44,7 +44,15 @@ from cdcd.snapshot.state import SnapshotState, StateStore
 from cdcd.snapshot.untrusted import Rejections
 from cdcd.source.primary import Primary
 from cdcd.source.standby import Writes
-from cdcd.source.walsender import SessionInfo, SlotActive, SourceDisconnected, SourceError, Timeouts, Walsender
+from cdcd.source.walsender import (
+    SessionInfo,
+    SlotActive,
+    SourceDisconnected,
+    SourceError,
+    StopRequested,
+    Timeouts,
+    Walsender,
+)
 
 if TYPE_CHECKING:
     from cdcd.shaping import EventShaper
@@ -148,7 +156,9 @@ class ReplicationLoop:
             try:
                 self._session()
                 return
-            except _Stopped:  # a stop while the sink waited for Kafka in a stop's flush: unconfirmed, sent again
+            # a stop while the sink waited for Kafka in a stop's flush (unconfirmed, sent again), or while the slot
+            # was being created
+            except (_Stopped, StopRequested):
                 return
             except (SourceDisconnected, SinkRewind) as exc:
                 if self._streamed:  # a session that worked: the next failure starts the backoff afresh
@@ -198,7 +208,8 @@ class ReplicationLoop:
         store = self.store = StateStore(self.settings.snapshot.state_dir, source.slot)
         saved = None if source.temporary_slot else store.load()
         writes, primary = Writes.of(self.settings), Primary.of(source)
-        with Walsender(source, self.settings.filters.push_down, writes=writes, primary=primary) as walsender:
+        push_down = self.settings.filters.push_down
+        with Walsender(source, push_down, writes=writes, primary=primary, stop=self.stop) as walsender:
             request = slot_request(mode, saved, store.path)
             info = walsender.open(
                 export_snapshot=request.export_snapshot,

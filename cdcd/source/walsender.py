@@ -11,6 +11,7 @@ import os
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 log = structlog.get_logger("cdcd.source")
+_SLOT_WAIT_S = 0.2  # a slot's creation looks for a stop request and its deadline this often
 
 
 def wire_encoding(server_encoding: str) -> str:
@@ -66,6 +68,10 @@ class SourceError(RuntimeError):
 
 class SourceDisconnected(ConnectionError):
     """The connection to the server was lost or could not be made; retrying may succeed."""
+
+
+class StopRequested(Exception):
+    """A stop request (SIGTERM) ended a wait on the server."""
 
 
 class SlotActive(SourceDisconnected):
@@ -232,10 +238,13 @@ class Walsender:
         *,
         writes: Writes | None = None,
         primary: Primary | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         """``writes``: what the rest of the configuration would write to the source (refused on a standby without
-        ``primary``); ``primary``: the standby's primary (``source.primary_dsn``), used while the source is one."""
+        ``primary``); ``primary``: the standby's primary (``source.primary_dsn``), used while the source is one;
+        ``stop``: set by a stop request, which ends the creation of the slot (``StopRequested``)."""
         self.settings = settings
+        self.stop = stop or threading.Event()
         self.push_down = push_down
         self.writes = writes or Writes()
         self.primary = primary
@@ -473,7 +482,14 @@ class Walsender:
 
     def _command(self, command: str, ok: pq.ExecStatus = pq.ExecStatus.TUPLES_OK) -> list[str]:
         """Run a replication command: its first row (none for a command whose ``ok`` status is COMMAND_OK)."""
-        result = self._pgconn.exec_(command.encode())
+        return self._row(command, self._pgconn.exec_(command.encode()), ok)
+
+    def _row(self, command: str, result: pq.abc.PGresult | None, ok: pq.ExecStatus) -> list[str]:
+        """The first row of ``command``'s ``result`` (none for a command whose ``ok`` status is COMMAND_OK)."""
+        if result is None:
+            raise SourceDisconnected(
+                f"{command.split(maxsplit=1)[0]} got no result: {self._pgconn.get_error_message()}"
+            )
         if result.status != ok:
             raise SourceError(f"{command.split(maxsplit=1)[0]} failed: {_result_error(result)}")
         return [(v or b"").decode() for v in (result.get_value(0, i) for i in range(result.nfields))]
@@ -546,7 +562,7 @@ class Walsender:
             snapshot = " EXPORT_SNAPSHOT" if export else " NOEXPORT_SNAPSHOT"
         command = f"CREATE_REPLICATION_SLOT {quote_ident(slot)}{temporary} LOGICAL pgoutput{snapshot}"
         if not self.standby:
-            created = self._command(command)
+            created = self._create_slot(command)
             return created[1], created[2]
         log.info(
             "creating the slot on a standby: it waits for a running-xacts record from the primary",
@@ -554,8 +570,40 @@ class Walsender:
             asking_primary=self.primary is not None,  # else the primary's own, every 15 s unless it is idle
         )
         with Nudger(self.primary) if self.primary is not None else contextlib.nullcontext():
-            created = self._command(command)
+            created = self._create_slot(command)
         return created[1], created[2]
+
+    def _create_slot(self, command: str) -> list[str]:
+        """CREATE_REPLICATION_SLOT's row. It waits for the transactions running on the server to end (on a
+        standby, for a running-xacts record from the primary): a stop request or ``source.slot_create_timeout_s``
+        cancels it (PostgreSQL's cancel, which also drops the slot begun)."""
+        pgconn, limit = self._pgconn, self.settings.slot_create_timeout_s
+        deadline = time.monotonic() + limit if limit else float("inf")
+        try:
+            pgconn.send_query(command.encode())
+            while pgconn.is_busy():
+                if select.select([pgconn.socket], [], [], _SLOT_WAIT_S)[0]:
+                    pgconn.consume_input()
+                elif self.stop.is_set() or time.monotonic() >= deadline:
+                    self._cancel_slot(limit)
+        except psycopg.Error as exc:
+            raise SourceDisconnected(f"replication connection lost: {first_line(exc)}") from None
+        result = pgconn.get_result()
+        while pgconn.get_result() is not None:  # the command's end
+            pass
+        return self._row(command, result, pq.ExecStatus.TUPLES_OK)
+
+    def _cancel_slot(self, limit: float) -> None:
+        """Cancel the slot's creation: for a stop request (``StopRequested``) or past ``limit`` (retried)."""
+        assert self._repl is not None
+        with contextlib.suppress(psycopg.Error):  # a connection that is lost ends the command anyway
+            self._repl.cancel_safe(timeout=5)
+        if self.stop.is_set():
+            raise StopRequested
+        raise SourceDisconnected(
+            f"CREATE_REPLICATION_SLOT did not finish within {limit:g} s (source.slot_create_timeout_s): it waits for"
+            " the transactions running on the server to end (on a standby, for the primary's running-xacts record)"
+        )
 
     def _refuse_synced(self, admin: psycopg.Connection[Any]) -> None:
         """On a standby, a slot of this name synchronized from the primary cannot be read (PostgreSQL refuses)."""

@@ -496,6 +496,36 @@ def test_a_stop_cancels_the_copy_of_a_serial_initial_snapshot(db: Database, tail
     wait_until(lambda: _active_copies(db) == 0, "the COPY went on after cdcd stopped", timeout=10)
 
 
+def _slot_exists(db: Database, slot: str) -> bool:
+    return bool(db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", [slot]))
+
+
+def test_creating_the_slot_while_a_transaction_runs_has_a_deadline_and_a_stop_ends_it(
+    db: Database, tail_factory: Callable[..., Tail]
+) -> None:
+    """CREATE_REPLICATION_SLOT waits for the transactions running on the server to end: SIGTERM cancels it (no
+    slot is left), and past source.slot_create_timeout_s it is cancelled and asked again."""
+    db.execute("CREATE TABLE k (id int PRIMARY KEY); CREATE PUBLICATION cdcd_pub FOR TABLE k")
+    with db.connect() as running:
+        running.execute("BEGIN")
+        running.execute("SELECT pg_current_xact_id()")  # an xid: a new slot waits for its end
+        tail = tail_factory(slot_create_timeout_s=0).start()
+        wait_until(lambda: _slot_exists(db, tail.slot), "the slot's creation never began", timeout=60)
+        time.sleep(1)
+        assert tail.stop() == 0  # within 30 s: the transaction is still running
+        wait_until(lambda: not _slot_exists(db, tail.slot), "the slot begun was left behind", timeout=10)
+
+        config = yaml.safe_load(tail.config.read_text())
+        config["source"]["slot_create_timeout_s"] = 1
+        tail.config.write_text(yaml.safe_dump(config))
+        tail.start()
+        retried = "CREATE_REPLICATION_SLOT did not finish within 1 s (source.slot_create_timeout_s)"
+        wait_until(lambda: tail.log.read_text().count(retried) >= 2, "the slot's creation was not retried", 60)
+        assert tail.stop() == 0
+    tail.start().wait_streaming(timeout=60)  # the transaction ended: the slot is made
+    assert tail.stop() == 0
+
+
 def test_an_unusable_state_file_stops_cdcd_with_the_file_named(db: Database, tail_factory: Callable[..., Tail]) -> None:
     db.execute("CREATE TABLE k (id int PRIMARY KEY); CREATE PUBLICATION cdcd_pub FOR TABLE k")
     tail = tail_factory()
