@@ -582,10 +582,10 @@ class Walsender:
         try:
             pgconn.send_query(command.encode())
             while pgconn.is_busy():
+                if self.stop.is_set() or time.monotonic() >= deadline:
+                    self._cancel_slot(limit)
                 if select.select([pgconn.socket], [], [], _SLOT_WAIT_S)[0]:
                     pgconn.consume_input()
-                elif self.stop.is_set() or time.monotonic() >= deadline:
-                    self._cancel_slot(limit)
         except psycopg.Error as exc:
             raise SourceDisconnected(f"replication connection lost: {first_line(exc)}") from None
         result = pgconn.get_result()
