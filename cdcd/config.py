@@ -487,12 +487,14 @@ class SchemaRegistrySettings(_Section):
     timeout_s: float = Field(
         10.0,
         gt=0,
-        description="give up a request the registry does not answer after this long (it is then waited for as a"
-        " registry that is away, and asked again)",
+        description="give up a request the registry does not answer after this long: it is then waited for as a"
+        " registry that is away (logged, asked again each second, a stop request honoured between requests)",
     )
 
     def client_config(self) -> dict[str, Any]:
-        return {**self.client, "url": self.url, "timeout": self.timeout_s}
+        """The client's settings. cdcd asks again itself: the client's own retries (``max.retries``, with waits of
+        up to 20 s) would hold the main loop for several timeouts, so none unless ``client`` sets them."""
+        return {"max.retries": 0, **self.client, "url": self.url, "timeout": self.timeout_s}
 
     @model_validator(mode="after")
     def _register_passwords(self) -> SchemaRegistrySettings:

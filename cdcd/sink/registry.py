@@ -1,17 +1,13 @@
 """The shaper's ``Registry`` at the Kafka edge: schema ids from a Confluent-API schema registry, and topics
 created (``kafka.create_topics``) before their first record. Both wait for a service that is away, with the
 transport serving acknowledgements and status updates going on meanwhile (a stop request ends the wait); a
-refusal stops cdcd (``SinkFailure``): nothing after it was confirmed. A registry request runs on a thread of its
-own, ended by ``schema_registry.timeout_s``: one that is never answered is a registry away, and the main loop
-goes on meanwhile."""
+refusal stops cdcd (``SinkFailure``): nothing after it was confirmed. A registry request ends by
+``schema_registry.timeout_s``: one that is never answered is a registry away."""
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable
-from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
@@ -28,10 +24,8 @@ if TYPE_CHECKING:  # the registry's client module (HTTP, TLS) is most of the sin
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 log = structlog.get_logger("cdcd.sink.kafka")
-T = TypeVar("T")
 
 _REGISTRY_RETRY_PAUSE_S = 1.0
-_REGISTRY_SLICE_S = 0.5  # a registry request is waited for this long at a time, then the transport is served
 # A 409 is asked again this often before it counts as a refusal: two writers registering a new subject at once
 # (daemons sharing a topic prefix, the transaction topic) get a 409 "already exists" from Apicurio for the loser;
 # the same request then answers with the winner's id. A compatibility refusal answers the same every time.
@@ -106,7 +100,7 @@ class KafkaRegistry:
         conflicts = 0
         while True:
             try:
-                schema_id: int = self._answer(partial(self.registry.register_schema, subject, Schema(text, "AVRO")))
+                schema_id: int = self.registry.register_schema(subject, Schema(text, "AVRO"))
                 return schema_id
             except SchemaRegistryError as exc:
                 conflicts += exc.http_status_code == 409
@@ -120,14 +114,6 @@ class KafkaRegistry:
                 error = str(exc) or type(exc).__name__
             logged_at = log_wait("the schema registry", f"register {subject}", error, logged_at)
             self.waiting.wait(_REGISTRY_RETRY_PAUSE_S)
-
-    def _answer(self, request: Callable[[], T]) -> T:
-        """What ``request`` returns (or raises), asked on a thread of its own while the transport is served: a stop
-        request ends the wait, and the abandoned request ends by its timeout."""
-        call = _Call(request)
-        while not call.done.wait(_REGISTRY_SLICE_S):
-            self.waiting.wait(0)
-        return call.result()
 
     def _refused(self, subject: str, schema: dict[str, Any], exc: SchemaRegistryError) -> str:
         refused = f"schema registry refused the new schema for {subject}"
@@ -143,8 +129,7 @@ class KafkaRegistry:
     def _changes_from_registered(self, subject: str, schema: dict[str, Any]) -> list[str]:
         """What differs from the subject's latest registered schema (best effort: for the error message)."""
         try:
-            registered = self._answer(partial(self.registry.get_latest_version, subject))
-            latest = json.loads(registered.schema.schema_str or "{}")
+            latest = json.loads(self.registry.get_latest_version(subject).schema.schema_str or "{}")
         except Exception:
             return []
         return column_changes(latest, schema)
@@ -190,27 +175,3 @@ class KafkaRegistry:
                 continue
             log.info("topic created", topic=new.topic, partitions=new.num_partitions)
             return None
-
-
-class _Call(Generic[T]):
-    """``request()`` on a daemon thread: ``done`` once it returned or raised, ``result`` then hands that over."""
-
-    def __init__(self, request: Callable[[], T]) -> None:
-        self.done = threading.Event()
-        self._request = request
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        threading.Thread(target=self._run, name="schema-registry", daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            self._value = self._request()
-        except BaseException as exc:  # raised where the result is asked for
-            self._error = exc
-        finally:
-            self.done.set()
-
-    def result(self) -> T:
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]

@@ -109,6 +109,7 @@ def test_kafka_connection_settings_reach_every_client_and_secrets_are_masked(tmp
         "url": "https://r",
         "basic.auth.user.info": "cdcd:r-secret",
         "timeout": 10.0,
+        "max.retries": 0,
     }
     assert "secret" not in redact("failed with k-secret and r-secret")
 
