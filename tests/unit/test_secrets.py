@@ -71,7 +71,7 @@ def test_malformed_dsn_is_a_configuration_error(
 
 
 def test_a_file_name_ending_in_password_leaves_the_message_after_it_alone() -> None:
-    message = "cannot read source.password_file /secrets/pg.password: No such file or directory"
+    message = "cannot read source.password_file /run/cdcd/pg.password: No such file or directory"
     assert redact(message) == message
     assert redact("login failed, password: hunter22 refused") == f"login failed, password: {MASK} refused"
     assert redact("sasl.password=hunter22") == f"sasl.password={MASK}"
