@@ -15,7 +15,7 @@ import pytest
 from cdcd.batches import SnapshotBatch
 from cdcd.filters import FilterPlan
 from cdcd.ledger import Ledger
-from cdcd.pgoutput.messages import Column, Relation, Row, Type
+from cdcd.pgoutput.messages import Column, Relation, Row
 from cdcd.snapshot import runner
 from cdcd.snapshot.reader import ChunkDeadline
 from cdcd.snapshot.runner import Snapshotter
@@ -23,6 +23,7 @@ from cdcd.snapshot.sizing import FLOOR, ChunkSize
 from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
 from cdcd.snapshot.xids import SnapshotXids
 from cdcd.source.walsender import SourceDisconnected
+from tests.unit.test_readonly_window import _Chunk, _Table
 
 REL = Relation(16400, "public", "t", "d", (Column("id", 23, -1, True), Column("v", 25, -1, False)))
 DEADLINE_S = 65.0
@@ -41,23 +42,6 @@ class Clock:
 
     def time_ns(self) -> int:
         return time.time_ns()
-
-
-@dataclass(frozen=True)
-class _Table:
-    name: str
-    relation: Relation = REL
-    key_columns: tuple[str, ...] = ("id",)
-    types: tuple[Type, ...] = ()
-
-
-@dataclass(frozen=True)
-class _Chunk:
-    table: _Table
-    rows: list[Row]
-    xids: SnapshotXids
-    watermark: str
-    position: int | None
 
 
 @dataclass
@@ -81,10 +65,10 @@ class _Reader:
             raise ChunkDeadline(f"a chunk of {limit} rows of {name} took more than {DEADLINE_S:g} s")
         self.clock.now += took
         rows: list[Row] = [(str(i), f"v{i}") for i in ids]
-        return _Chunk(_Table(name), rows, SnapshotXids.parse("100:100:"), watermark, UNTIL)
+        return _Chunk(_Table(name, REL), rows, SnapshotXids.parse("100:100:"), watermark, UNTIL)
 
     def describe(self, name: str) -> _Table:
-        return _Table(name)
+        return _Table(name, REL)
 
     def ancestors(self, relation_id: int) -> list[str]:
         return []
