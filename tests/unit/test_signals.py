@@ -399,18 +399,23 @@ def test_a_table_without_a_key_is_reported_and_the_snapshot_completes(tmp_path: 
     assert notices[-1].type == "COMPLETED"
 
 
+def _gone(reader: FakeReader, table: str) -> None:
+    """``reader`` finds no table ``table`` any more (raising as its TableGone does)."""
+    describe = reader.describe
+
+    def described(name: str) -> FakeTable:
+        if name == table:
+            raise LookupError(f"table {name} does not exist")
+        return describe(name)
+
+    reader.describe = described  # type: ignore[method-assign]
+
+
 def test_a_queued_table_dropped_meanwhile_leaves_the_queue_with_a_notification(tmp_path: Path) -> None:
     """A table dropped while queued (behind another snapshot, or between a restart's start and its turn) leaves the
     queue; the snapshot goes on with its other tables. ``describe`` raised out of the loop: exit 1 at every start."""
     reader = FakeReader({"public.a": 5, "public.gone": 5})
-    describe = reader.describe
-
-    def dropped(name: str) -> FakeTable:
-        if name == "public.gone":
-            raise LookupError(f"table {name} does not exist")  # as the reader's TableGone
-        return describe(name)
-
-    reader.describe = dropped  # type: ignore[method-assign]
+    _gone(reader, "public.gone")
     snapshotter = _snapshotter(tmp_path, reader)
     execute = {"id": "g", "type": "execute-snapshot", "data": {"data-collections": ["public.gone", "public.a"]}}
     snapshotter.signal(_record(0, execute), NAME, ["public.a", "public.gone"])
@@ -434,14 +439,7 @@ def test_a_queued_table_renamed_meanwhile_is_followed_by_relation_id(tmp_path: P
     snapshotter = _snapshotter(tmp_path, reader)
     snapshotter.renamed = {16400: "public.new"}.get
     snapshotter.state.enqueue(TableProgress("public.old", "incremental", relation_id=16400))
-    describe = reader.describe
-
-    def renamed(name: str) -> FakeTable:
-        if name == "public.old":
-            raise LookupError(f"table {name} does not exist")  # as the reader's TableGone
-        return describe(name)
-
-    reader.describe = renamed  # type: ignore[method-assign]
+    _gone(reader, "public.old")
     _run(snapshotter)
     assert snapshotter.sink.rows == {"new": 15}  # type: ignore[attr-defined]
     assert snapshotter.state.queue == []
