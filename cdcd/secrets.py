@@ -19,10 +19,12 @@ from collections.abc import Iterator
 from typing import TextIO
 
 MASK = "***"
-# ``password=...`` (libpq, librdkafka) anywhere; ``password: ...`` only as a word of its own, so that a file name
-# ending in "password" leaves the message after it alone ("…/pg.password: No such file or directory")
+# ``password=...`` (libpq, librdkafka) anywhere; ``password: ...`` where the key is a word of its own (``password:``,
+# ``sasl.password:``), so that a file name ending in "password" leaves the message after it alone
+# ("…/pg.password: No such file or directory")
 _PASSWORD = re.compile(
-    r"""(password\s*=\s*|(?<![\w./-])password\s*:\s*)('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s,;&'"]+)""",
+    r"""(password\s*=\s*|(?:^|(?<=[\s,;{(\[]))[\w.-]*password\s*:\s*)"""
+    r"""('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s,;&'"]+)""",
     re.IGNORECASE,
 )
 _URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)([^@\s/]+)(@)", re.IGNORECASE)

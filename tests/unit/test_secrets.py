@@ -75,3 +75,5 @@ def test_a_file_name_ending_in_password_leaves_the_message_after_it_alone() -> N
     assert redact(message) == message
     assert redact("login failed, password: hunter22 refused") == f"login failed, password: {MASK} refused"
     assert redact("sasl.password=hunter22") == f"sasl.password={MASK}"
+    assert redact("{sasl.password: hunter22, x: 1}") == f"{{sasl.password: {MASK}, x: 1}}"
+    assert redact("password: hunter22") == f"password: {MASK}"
