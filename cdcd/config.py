@@ -217,8 +217,10 @@ class SourceSettings(_Section):
     table_check_interval_s: float = Field(
         10.0,
         ge=0,
-        description="with manage_publications, how often to look for new tables that include_tables (or, on"
-        " PostgreSQL 14, schemas) capture and add them to the publication while streaming; 0: only at start",
+        description="how often, while streaming, to look up what the publications capture: tables that"
+        " include_tables (or, on PostgreSQL 14, schemas) of a managed publication match are added to it, and"
+        " tables newly captured (added by hand, a partition attached) are snapshotted with snapshot.new_tables;"
+        " 0: only at start",
     )
     protocol_version: int | Literal["auto"] = Field(
         "auto", description="pgoutput protocol version 1-4; auto: the highest the server supports"

@@ -94,6 +94,7 @@ class ReplicationLoop:
         self.filter_stats = FilterStats()
         self._next_slot_check = 0.0
         self._next_table_check = 0.0
+        self._reader: SnapshotReader | None = None  # the session's catalog reader (snapshots, captured tables)
         self.core: ReplicationCore | None = None
         self._shaping: ShapingSink | None = None  # the sink as one that takes the lane's Shaped events (_lane)
         self.snapshotter: Snapshotter | None = None
@@ -240,8 +241,9 @@ class ReplicationLoop:
         be saved drops the slot."""
         try:
             relations = walsender.captured_relations()
+            parts = walsender.partitions(list(relations.values()))
             mode, point = self.settings.snapshot.mode, info.consistent_point
-            plan = start_state(None, store.slot, mode, point, list(relations), relations=relations)
+            plan = start_state(None, store.slot, mode, point, list(relations), relations=relations, partitions=parts)
             plan.fresh_slot = True
             plan.signal_offsets = {} if saved is None else dict(saved.signal_offsets)
             store.save(plan)
@@ -300,11 +302,19 @@ class ReplicationLoop:
         )
         try:
             relations = reader.captured_relations([p.name for p in source.publications])
+            parts = reader.partitions(list(relations.values()))
             self._captured = list(relations)
             created = info.consistent_point if info.slot_created else None
             new_tables = self.settings.snapshot.new_tables
             state = start_state(
-                saved, source.slot, mode, created, self._captured, new_tables=new_tables, relations=relations
+                saved,
+                source.slot,
+                mode,
+                created,
+                self._captured,
+                new_tables=new_tables,
+                relations=relations,
+                partitions=parts,
             )
             state.signal_offsets = state.signal_offsets or dict(signal_offsets)
             store.save(state)
@@ -329,6 +339,7 @@ class ReplicationLoop:
                 columns=self.settings.columns.rules(),
                 sizes=self.chunk_sizes,
             )
+            self._reader = reader
             if self.signals is not None:
                 self.signals.start(state.signal_offsets)
             self.state.postgresql_up = True
@@ -358,6 +369,7 @@ class ReplicationLoop:
             )
             self._stream(walsender, core)
         finally:
+            self._reader = None
             self.state.streaming = False
             core.reset()
             if self.snapshotter is not None:
@@ -604,19 +616,22 @@ class ReplicationLoop:
 
     def _new_tables_if_due(self, walsender: Walsender) -> None:
         """Every ``source.table_check_interval_s``: tables created since that a managed publication captures by
-        pattern (or by schema on PostgreSQL 14) are added to it, and snapshotted with ``snapshot.new_tables``: the
-        rows they got before the ALTER PUBLICATION was decoded are not streamed."""
+        pattern (or by schema on PostgreSQL 14) are added to it; then what every publication captures is looked up
+        (a table added to one by hand, a partition attached), and what was not captured before is snapshotted with
+        ``snapshot.new_tables``: the rows it held before its changes were published are not streamed."""
         interval, now = self.settings.source.table_check_interval_s, time.monotonic()
-        if not interval or now < self._next_table_check or not walsender.tracks_new_tables:
+        if not interval or now < self._next_table_check:
             return
         self._next_table_check = now + interval
-        added = walsender.add_new_tables()
-        if not added:
+        added = walsender.add_new_tables() if walsender.tracks_new_tables else []
+        snapshotter, reader = self.snapshotter, self._reader
+        if snapshotter is None or reader is None:
+            self._captured = sorted({*self._captured, *added})
             return
-        self._captured = sorted({*self._captured, *added})
-        if self.snapshotter is not None:
-            snapshot = self.settings.snapshot.new_tables and self.settings.snapshot.mode != "never"
-            self.snapshotter.captured_more(added, snapshot)
+        relations = reader.captured_relations([p.name for p in self.settings.source.publications])
+        self._captured = list(relations)
+        snapshot = self.settings.snapshot.new_tables and self.settings.snapshot.mode != "never"
+        snapshotter.captured_now(relations, reader.partitions(list(relations.values())), snapshot)
 
     def _if_silent(self, walsender: Walsender, core: ReplicationCore) -> None:
         """A server silent for half of ``source.receive_timeout_s`` is asked for a keepalive; one silent for all

@@ -40,6 +40,7 @@ from cdcd.source.catalog import (
     describe_table,
     enum_labels,
     index_columns,
+    partitions,
     table_facts,
 )
 from cdcd.source.primary import Primary
@@ -234,6 +235,9 @@ class SnapshotReader:
 
     def captured_relations(self, publications: Sequence[str]) -> dict[str, int]:
         return self._guard(lambda: captured_relations(self.conn, publications))
+
+    def partitions(self, relation_ids: Sequence[int]) -> dict[int, dict[int, str]]:
+        return self._guard(lambda: partitions(self.conn, relation_ids))
 
     def describe(self, name: str) -> SnapshotTable:
         return self._guard(lambda: describe(self.conn, name))

@@ -726,14 +726,13 @@ class Snapshotter:
             log.info("incremental snapshot queued", table=table, where=item.where, id=item.id)
         return None
 
-    def captured_more(self, tables: Sequence[str], snapshot: bool) -> None:
-        """Tables newly captured while streaming (added to a publication by pattern): known from now on, and queued
-        for an incremental snapshot when ``snapshot`` (``snapshot.new_tables``)."""
-        self.state.known_tables = sorted({*self.state.known_tables, *tables})
-        for table in tables:
-            if snapshot and self.state.enqueue(TableProgress(table, "incremental")):
-                log.info("table newly captured: queued for an incremental snapshot", table=table)
-        self.store.save(self.state)
+    def captured_now(
+        self, relations: Mapping[str, int], partitions: Mapping[int, Mapping[int, str]], snapshot: bool
+    ) -> None:
+        """What the publications capture now, as looked up while streaming (``follow_captured``): what was not
+        captured before is queued for an incremental snapshot when ``snapshot`` (``snapshot.new_tables``)."""
+        if follow_captured(self.state, list(relations), relations, partitions, snapshot):
+            self.store.save(self.state)
 
     # -- signals (the Kafka signal topic) --------------------------------------------------------------
 
@@ -854,19 +853,22 @@ def start_state(
     *,
     new_tables: bool = True,
     relations: Mapping[str, int] | None = None,
+    partitions: Mapping[int, Mapping[int, str]] | None = None,
 ) -> SnapshotState:
     """What to snapshot at start. ``created``: the consistent point of a slot created now (None: it existed).
-    ``relations``: the captured tables' relation ids, by which a table renamed since the last start is known.
+    ``relations``: the captured tables' relation ids, by which a table renamed since the last start is known;
+    ``partitions``: the leaf partitions of those published as their root (None: not looked up).
 
     A new slot (in modes initial, initial_only, when_needed) gets an initial snapshot of every captured table.
     An existing slot resumes what was saved: an initial snapshot that did not finish continues as incremental
     chunks after its last saved key (its exported snapshot is gone, the stream restarts at its consistent
-    point). Tables captured since the last start get incremental snapshots (modes initial and when_needed, unless
-    ``new_tables`` is off).
+    point). Tables captured since the last start, and partitions attached since to a table published as its root,
+    get incremental snapshots (modes initial and when_needed, unless ``new_tables`` is off).
     """
     snapshots, relations = mode != "never", dict(relations or {})
     if created is not None:
         fresh = SnapshotState(slot=slot, known_tables=list(captured), known_relations=relations)
+        attached_partitions(fresh, relations, partitions or {})
         if snapshots:
             fresh.initial, fresh.consistent_point = "running", created
             fresh.queue = [TableProgress(t, "initial", relation_id=relations.get(t)) for t in captured]
@@ -878,7 +880,9 @@ def start_state(
                 " (use `cdcd snapshot --table` to snapshot a table)",
                 slot=slot,
             )
-        return SnapshotState(slot=slot, known_tables=list(captured), known_relations=relations)
+        unknown = SnapshotState(slot=slot, known_tables=list(captured), known_relations=relations)
+        attached_partitions(unknown, relations, partitions or {})
+        return unknown
     _follow_renames(state, relations)
     for item in state.queue:
         if item.kind == "initial":
@@ -889,14 +893,74 @@ def start_state(
     if state.initial == "running":
         state.initial = "done"
     state.fresh_slot = False
-    if mode in ("initial", "when_needed") and new_tables:
-        for table in captured:
-            if not _newly_captured(state, table, relations):
-                continue
-            if state.enqueue(TableProgress(table, "incremental", relation_id=relations.get(table))):
-                log.info("table newly captured: queued for an incremental snapshot", table=table)
-    state.known_tables, state.known_relations = list(captured), relations
+    follow_captured(state, captured, relations, partitions, mode in ("initial", "when_needed") and new_tables)
     return state
+
+
+def follow_captured(
+    state: SnapshotState,
+    captured: Sequence[str],
+    relations: Mapping[str, int],
+    partitions: Mapping[int, Mapping[int, str]] | None,
+    snapshot: bool,
+) -> bool:
+    """Bring the known tables up to date with what the publications capture now (``captured``, their relation ids
+    and the leaf partitions of those published as their root; ``partitions`` None: not looked up). A table newly
+    captured (added to a publication, by hand or by pattern; a partition attached to a root that publishes its
+    leaves) and a partition attached to a table published as its root are queued for an incremental snapshot when
+    ``snapshot``: their rows from before were never streamed. Whether the state changed."""
+    new = [t for t in captured if _newly_captured(state, t, relations)]
+    attached = attached_partitions(state, relations, partitions) if partitions is not None else None
+    changed = bool(new) or (attached is not None and attached.changed)
+    changed |= (list(captured), dict(relations)) != (state.known_tables, state.known_relations)
+    for table in new if snapshot else ():
+        if state.enqueue(TableProgress(table, "incremental", relation_id=relations.get(table))):
+            log.info("table newly captured: queued for an incremental snapshot", table=table)
+    for item in attached.attached if snapshot and attached is not None else ():
+        if state.enqueue(item):
+            log.info("partition attached: its rows queued for an incremental snapshot", table=item.table)
+    state.known_tables, state.known_relations = list(captured), dict(relations)
+    return changed
+
+
+@dataclass
+class PartitionChanges:
+    attached: list[TableProgress]  # an incremental snapshot of each attached partition's rows, through its root
+    changed: bool  # the known partitions changed (saved with the state)
+
+
+def attached_partitions(
+    state: SnapshotState, relations: Mapping[str, int], partitions: Mapping[int, Mapping[int, str]]
+) -> PartitionChanges:
+    """Partitions attached, since they were last looked at, to tables published as their partitioned root: ATTACH
+    writes no change for the rows they hold, so each gets an incremental snapshot of the root restricted to it
+    (its partition constraint). ``state.known_partitions`` is brought up to date. A root seen for the first time is
+    only remembered: its own snapshot or the stream has its rows. A detached partition's rows stay in the root's
+    topic: PostgreSQL writes no change for them either (logged)."""
+    names = {oid: name for name, oid in relations.items()}
+    known: dict[str, list[int]] = {}
+    attached: list[TableProgress] = []
+    for root, leaves in partitions.items():
+        name = names.get(root)
+        if name is None:
+            continue
+        seen = state.known_partitions.get(str(root))
+        if seen is not None:
+            attached += [
+                TableProgress(name, "incremental", key_range=leaves[leaf], relation_id=root)
+                for leaf in sorted(leaves)
+                if leaf not in seen
+            ]
+            if gone := sorted(set(seen) - set(leaves)):
+                log.warning(
+                    "partition detached: its rows stay in the table's topic (PostgreSQL writes no change for them)",
+                    table=name,
+                    partitions=gone,
+                )
+        known[str(root)] = sorted(leaves)
+    changed = known != state.known_partitions
+    state.known_partitions = known
+    return PartitionChanges(attached, changed)
 
 
 def _newly_captured(state: SnapshotState, table: str, relations: Mapping[str, int]) -> bool:

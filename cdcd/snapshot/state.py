@@ -63,6 +63,9 @@ class SnapshotState:
     queue: list[TableProgress] = field(default_factory=list)  # unfinished snapshots, in order
     known_tables: list[str] = field(default_factory=list)  # captured tables seen at the last start
     known_relations: dict[str, int] = field(default_factory=dict)  # their relation ids, by name (renames)
+    # the leaf partitions of those published as their root (publish_via_partition_root), by the root's relation
+    # id (text): a partition attached since holds rows the stream never sends
+    known_partitions: dict[str, list[int]] = field(default_factory=dict)
     finished: list[str] = field(default_factory=list)  # ids of finished snapshots (latest 100)
     paused: bool = False  # incremental snapshots paused by a signal (pause-snapshot until resume-snapshot)
     signal_offsets: dict[str, int] = field(default_factory=dict)  # signal topic partition -> next offset to act on

@@ -1,7 +1,7 @@
 """Catalog reads and publication management on a regular (non-replication) connection.
 
 * ``captured_tables``, ``captured_relations``: the tables the publications publish (with their relation ids,
-  which a rename keeps).
+  which a rename keeps); ``partitions``: the leaf partitions of those published as their partitioned root.
 * ``describe_tables``: columns, types, collations and replica identity, for the row-filter checks.
 * ``read_publication``: the server's definition of a publication the config names without defining it.
 * ``sync_publications``: with ``source.manage_publications``, create or alter each defined publication to match
@@ -58,6 +58,24 @@ def captured_relations(conn: Conn, publications: Sequence[str]) -> dict[str, int
         [list(publications)],
     ).fetchall()
     return {f"{s}.{t}": int(oid) for s, t, oid in rows}
+
+
+def partitions(conn: Conn, relation_ids: Sequence[int]) -> dict[int, dict[int, str]]:
+    """The leaf partitions of each partitioned table among ``relation_ids`` (those a publication publishes as their
+    root, ``publish_via_partition_root``), each with its partition constraint as PostgreSQL deparses it (the
+    ancestors' included): by relation id, the root's and the leaf's. A partition attached later holds rows the
+    stream never sends (ATTACH writes none); its constraint reads just those through the root."""
+    rows = conn.execute(
+        "SELECT r.oid, t.relid, pg_get_partition_constraintdef(t.relid) FROM pg_class r"
+        " LEFT JOIN LATERAL pg_partition_tree(r.oid) t ON t.isleaf WHERE r.oid = ANY(%s) AND r.relkind = 'p'",
+        [list(relation_ids)],
+    ).fetchall()
+    found: dict[int, dict[int, str]] = {}
+    for root, leaf, constraint in rows:
+        leaves = found.setdefault(int(root), {})  # one without partitions yet has its entry: the first counts
+        if leaf is not None and constraint is not None:
+            leaves[int(leaf)] = str(constraint)
+    return found
 
 
 def describe_tables(conn: Conn, names: Sequence[str]) -> dict[str, TableInfo | None]:

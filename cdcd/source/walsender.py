@@ -12,7 +12,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,6 +33,7 @@ from cdcd.source.catalog import (
     ancestors,
     captured_relations,
     enum_labels,
+    partitions,
     prepare_filters,
     sync_publications,
     table_facts,
@@ -398,6 +399,10 @@ class Walsender:
     def captured_relations(self) -> dict[str, int]:
         """``schema.table`` of every table the publications publish, with its relation id (catalog connection)."""
         return self._catalog(lambda conn: captured_relations(conn, [p.name for p in self.settings.publications]))
+
+    def partitions(self, relation_ids: Sequence[int]) -> dict[int, dict[int, str]]:
+        """The leaf partitions of the captured tables published as their root (catalog connection)."""
+        return self._catalog(lambda conn: partitions(conn, relation_ids))
 
     def drop_slot(self) -> None:
         """Drop the slot (one this session created and cannot use); a failure is logged: the slot stays."""

@@ -143,11 +143,73 @@ def test_new_tables_off_snapshots_no_newly_captured_table_at_start() -> None:
 @pytest.mark.parametrize("snapshot", [True, False])
 def test_a_table_captured_while_streaming_is_known_and_queued_when_asked(tmp_path: Path, snapshot: bool) -> None:
     store = StateStore(tmp_path, "s")
-    state = SnapshotState("s", initial="done", known_tables=["public.a"])
+    state = SnapshotState("s", initial="done", known_tables=["public.a"], known_relations={"public.a": 10})
     snapshotter = Snapshotter(None, None, None, store, state, FilterPlan([]), 100, {})  # type: ignore[arg-type]
-    snapshotter.captured_more(["shop.late"], snapshot)
+    snapshotter.captured_now({"public.a": 10, "shop.late": 11}, {}, snapshot)
     saved = store.load()
     assert saved is not None
     assert saved.known_tables == ["public.a", "shop.late"]
     assert [(p.table, p.kind) for p in saved.queue] == ([("shop.late", "incremental")] if snapshot else [])
     assert snapshotter.pending is snapshot
+
+
+def test_a_table_renamed_while_streaming_is_known_under_its_new_name_and_not_queued(tmp_path: Path) -> None:
+    store = StateStore(tmp_path, "s")
+    state = SnapshotState("s", initial="done", known_tables=["public.a"], known_relations={"public.a": 10})
+    snapshotter = Snapshotter(None, None, None, store, state, FilterPlan([]), 100, {})  # type: ignore[arg-type]
+    snapshotter.captured_now({"public.b": 10}, {}, True)
+    assert (state.known_tables, state.queue) == (["public.b"], [])
+
+
+ROOT, OLD, NEW = 20, 21, 22
+BOUNDS = {OLD: "((id IS NOT NULL) AND (id < 100))", NEW: "((id IS NOT NULL) AND (id >= 100) AND (id < 200))"}
+
+
+def test_a_partition_attached_to_a_table_published_as_its_root_is_snapshotted_through_the_root(
+    tmp_path: Path,
+) -> None:
+    """ATTACH writes no change for the rows the partition holds: they are read by an incremental snapshot of the
+    root restricted to the partition (its constraint), once; a partition seen before is not read again."""
+    store = StateStore(tmp_path, "s")
+    relations = {"shop.orders": ROOT}
+    state = start_state(None, "s", "initial", 1000, list(relations), relations=relations, partitions={ROOT: {}})
+    state.queue = []
+    snapshotter = Snapshotter(None, None, None, store, state, FilterPlan([]), 100, {})  # type: ignore[arg-type]
+    snapshotter.captured_now(relations, {ROOT: {OLD: BOUNDS[OLD]}}, True)
+    snapshotter.captured_now(relations, {ROOT: dict(BOUNDS)}, True)
+    snapshotter.captured_now(relations, {ROOT: dict(BOUNDS)}, True)
+    saved = store.load()
+    assert saved is not None
+    assert [(p.table, p.kind, p.key_range, p.relation_id) for p in saved.queue] == [
+        ("shop.orders", "incremental", BOUNDS[OLD], ROOT),
+        ("shop.orders", "incremental", BOUNDS[NEW], ROOT),
+    ]
+    assert saved.known_partitions == {str(ROOT): [OLD, NEW]}
+
+
+def test_partitions_attached_while_cdcd_was_stopped_are_queued_at_start_and_a_detached_one_is_forgotten() -> None:
+    saved = SnapshotState("s", initial="done", known_tables=["shop.orders"], known_relations={"shop.orders": ROOT})
+    saved.known_partitions = {str(ROOT): [OLD, 99]}
+    relations = {"shop.orders": ROOT}
+    state = start_state(saved, "s", "initial", None, list(relations), relations=relations, partitions={ROOT: BOUNDS})
+    assert [(p.table, p.key_range) for p in state.queue] == [("shop.orders", BOUNDS[NEW])]
+    assert state.known_partitions == {str(ROOT): [OLD, NEW]}
+
+
+@pytest.mark.parametrize("created", [1000, None])
+def test_the_partitions_of_a_root_seen_for_the_first_time_are_only_remembered(created: int | None) -> None:
+    """Its own snapshot (or the stream, for a slot without a plan) has their rows."""
+    relations = {"shop.orders": ROOT}
+    state = start_state(None, "s", "initial", created, list(relations), relations=relations, partitions={ROOT: BOUNDS})
+    assert [p.key_range for p in state.queue] == ([None] if created else [])
+    assert state.known_partitions == {str(ROOT): [OLD, NEW]}
+
+
+def test_no_partition_is_queued_with_new_tables_off() -> None:
+    saved = SnapshotState("s", initial="done", known_tables=["shop.orders"], known_relations={"shop.orders": ROOT})
+    saved.known_partitions = {str(ROOT): [OLD]}
+    relations = {"shop.orders": ROOT}
+    state = start_state(
+        saved, "s", "initial", None, list(relations), relations=relations, partitions={ROOT: BOUNDS}, new_tables=False
+    )
+    assert (state.queue, state.known_partitions) == ([], {str(ROOT): [OLD, NEW]})

@@ -41,6 +41,9 @@ class FakeWalsender:
     def captured_relations(self) -> dict[str, int]:
         return {"public.t": 16400}
 
+    def partitions(self, relation_ids: list[int]) -> dict[int, dict[int, str]]:
+        return {}
+
     def drop_slot(self) -> None:
         FakeWalsender.dropped += 1
 
