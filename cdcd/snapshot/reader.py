@@ -205,6 +205,9 @@ class SnapshotReader:
         self.read_rows = read_rows or rows_reader()
         self.timeouts = timeouts or Timeouts()
         self.conn = connect(dsn, password, self.timeouts)
+        # never a prepared statement: one for `SELECT * FROM t LIMIT 0` (psycopg prepares a query run 5 times)
+        # fails once a column is added ("cached plan must not change result type"), and these are catalog reads
+        self.conn.prepare_threshold = None
         self.slot = slot
         self.standby = standby
         self.primary = primary
@@ -240,7 +243,10 @@ class SnapshotReader:
         return self._guard(lambda: partitions(self.conn, relation_ids))
 
     def describe(self, name: str) -> SnapshotTable:
-        return self._guard(lambda: describe(self.conn, name))
+        try:
+            return self._guard(lambda: describe(self.conn, name))
+        except UndefinedTable:  # dropped (or renamed) between its catalog entry and reading its columns
+            raise TableGone(f"table {name} does not exist") from None
 
     def ancestors(self, relation_id: int) -> list[str]:
         return self._guard(lambda: ancestors(self.conn, relation_id))
