@@ -66,7 +66,7 @@ def partitions(conn: Conn, relation_ids: Sequence[int]) -> dict[int, dict[int, s
     ancestors' included): by relation id, the root's and the leaf's. A partition attached later holds rows the
     stream never sends (ATTACH writes none); its constraint reads just those through the root."""
     rows = conn.execute(
-        "SELECT r.oid, t.relid, pg_get_partition_constraintdef(t.relid) FROM pg_class r"
+        "SELECT r.oid, t.relid::oid, pg_get_partition_constraintdef(t.relid) FROM pg_class r"
         " LEFT JOIN LATERAL pg_partition_tree(r.oid) t ON t.isleaf WHERE r.oid = ANY(%s) AND r.relkind = 'p'",
         [list(relation_ids)],
     ).fetchall()

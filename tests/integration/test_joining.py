@@ -13,7 +13,7 @@ from tests.integration.conftest import Database
 from tests.integration.kafka_harness import Run
 from tests.integration.test_patterns import _wait_logged
 
-pytestmark = [pytest.mark.integration, pytest.mark.every_pg]
+pytestmark = pytest.mark.integration
 
 SCHEMA = """
 CREATE TABLE orders (id int, region text, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
@@ -47,6 +47,7 @@ def _reads(run: Run, table: str) -> list[int]:
     return [v["after"]["id"] for v in found if v["op"] == "r"]
 
 
+@pytest.mark.every_pg  # the catalog's view of partitions, on every major
 @pytest.mark.parametrize("via_root", [True, False], ids=["via_root", "leaves"])
 def test_an_attached_partitions_rows_arrive(run: Run, db: Database, via_root: bool) -> None:
     db.execute(SCHEMA)

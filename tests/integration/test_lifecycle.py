@@ -278,8 +278,12 @@ def _current(db: Database, table: Table) -> dict[int, dict[str, Any]]:
     """The table's rows in PostgreSQL, with those of its partitions detached since (what its topic keeps)."""
     columns = ["id", "v", *table.columns]
     rows: dict[int, dict[str, Any]] = {}
-    for name in [table.name, *table.detached]:
-        found = db.execute(f"SELECT {', '.join(columns)} FROM {name}")
+    for name in [table.name, *table.detached]:  # a detached one lacks the columns added to the root since
+        schema, relname = name.split(".")
+        query = "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s"
+        present = {r[0] for r in db.execute(query, [schema, relname])}
+        selected = [c if c in present else f"NULL AS {c}" for c in columns]
+        found = db.execute(f"SELECT {', '.join(selected)} FROM {name}")
         rows.update({r[0]: dict(zip(columns, r, strict=True)) for r in found})
     return rows
 
