@@ -224,6 +224,15 @@ def test_a_read_only_incremental_snapshot_on_a_standby_needs_no_primary(pair: Pa
         delete_topics(run.env["CDCD_KAFKA__BOOTSTRAP_SERVERS"], (signals,))
 
 
+def _passed(primary: Database, standby: Database, xid: int) -> bool:
+    """Whether the standby's current snapshot has its xmax beyond ``xid``; if not, the primary commits an xid."""
+    xmax = standby.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")[0][0]
+    if (int(xmax) & 0xFFFFFFFF) > xid:
+        return True
+    primary.execute("SELECT pg_current_xact_id()")
+    return False
+
+
 @pytest.mark.parametrize("pair", ["18"], indirect=True, ids=["pg18"])
 def test_a_chunk_read_on_a_standby_has_not_seen_what_runs_on_the_primary(pair: Pair, standby_run: StandbyRun) -> None:
     """A transaction held open on the primary across a chunk read on the standby: pg_current_snapshot() on the
@@ -238,6 +247,9 @@ def test_a_chunk_read_on_a_standby_has_not_seen_what_runs_on_the_primary(pair: P
         primary.execute("SELECT pg_log_standby_snapshot()")  # the standby learns what runs on the primary
         at = primary.execute("SELECT pg_current_wal_lsn()")[0][0]
         wait(lambda: standby.execute("SELECT pg_last_wal_replay_lsn() >= %s", [at])[0][0], "the standby to replay")
+        # the standby's snapshots pass the held transaction (xmax beyond it) once it replayed a later commit: a
+        # commit more (an xid of its own) each time it does not yet (it did not once in CI: xmin = xmax = running)
+        wait(lambda: _passed(primary, standby, running), "the standby's snapshot to pass the held transaction")
         reader = SnapshotReader(standby.dsn(), None, "unused", read_only=True, standby=True)
         try:
             chunk = reader.chunk("public.items", None, None, 10, "wm")
