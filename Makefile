@@ -45,7 +45,7 @@ wheel: venv
 
 # tests/packaging: `make wheel` from the sources as they are, its tags, installed in a fresh venv
 wheel-test: venv
-	$(BIN)/pytest tests/packaging -q -p no:cacheprovider --durations=5
+	$(call LIMIT,1200) $(BIN)/pytest tests/packaging -q -p no:cacheprovider --durations=5
 
 # debezium: Kafka Connect with Debezium's PostgreSQL connector (tests/integration/test_debezium.py): ~5 s to start.
 # toxiproxy: fault proxies (tests/integration/test_faults.py): ~0.1 s to start; built once with go (~6 s warm).
@@ -83,21 +83,26 @@ integration: venv stack avroread
 # notes of 2026-11-27). It leaves out what the row stage does not do (beyond_row_stage: resuming after a kill, 100 of
 # its 320 s; the same snapshot paths are read in its other tests).
 PARALLEL := -q -p no:cacheprovider -n 2 --dist loadgroup
+# Each pytest of `make test` within a limit of its own (seconds; about twice what it takes on CI): a run that
+# hangs where no test's watchdog reaches (tests/conftest.py) ends with SIGTERM, its summary and a failure, long
+# before CI's time limit, instead of taking the whole run with it.
+LIMIT = timeout --signal=TERM --kill-after=60 $(1)
 ROW_PATH_TESTS := tests/integration/test_kafka.py tests/integration/test_snapshot.py \
 	tests/integration/test_tail_streaming.py tests/integration/test_avroread.py tests/integration/test_columns.py
 test: venv
 	$(MAKE) --no-print-directory -j6 -O lint stack avroread unit-native unit-python wheel-test stops-kafka
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
-		$(BIN)/pytest tests/integration $(PARALLEL) -m "not alone" --durations=25
+		$(call LIMIT,2700) $(BIN)/pytest tests/integration $(PARALLEL) -m "not alone" --durations=25
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
-		$(BIN)/pytest tests/integration -q -p no:cacheprovider -m "alone and not stops_kafka"
+		$(call LIMIT,600) $(BIN)/pytest tests/integration -q -p no:cacheprovider -m "alone and not stops_kafka"
 	CDCD_IMPL=python CDCD_TEST_PG_VERSIONS="$(PG_FULL)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
-		$(BIN)/pytest $(ROW_PATH_TESTS) -q -p no:cacheprovider -m "not alone and not beyond_row_stage" --durations=5
+		$(call LIMIT,1200) $(BIN)/pytest $(ROW_PATH_TESTS) -q -p no:cacheprovider \
+		-m "not alone and not beyond_row_stage" --durations=5
 
 # make test's integration tests that stop Kafka (part of its first, parallel group: see above)
 stops-kafka: venv stack
 	CDCD_TEST_PG_VERSIONS="$(PG_VERSIONS)" CDCD_TEST_PG_FULL="$(PG_FULL)" \
-		$(BIN)/pytest tests/integration -q -p no:cacheprovider -m stops_kafka --durations=5
+		$(call LIMIT,1200) $(BIN)/pytest tests/integration -q -p no:cacheprovider -m stops_kafka --durations=5
 
 # The nemesis for longer (tests/integration/test_nemesis.py): both delivery modes, one after the other, MINUTES of
 # faults each from SEED, 100,000-row streamed transactions every ~90 s; the report lines go to build/soak.jsonl.
@@ -113,10 +118,10 @@ soak: venv
 		-p no:cacheprovider
 
 unit-native: venv
-	CDCD_IMPL=native $(BIN)/pytest tests/unit -q -p no:cacheprovider -n 2 --durations=10
+	CDCD_IMPL=native $(call LIMIT,1500) $(BIN)/pytest tests/unit -q -p no:cacheprovider -n 2 --durations=10
 
 unit-python: venv
-	CDCD_IMPL=python $(BIN)/pytest tests/unit -q -p no:cacheprovider --ignore tests/unit/test_native.py \
+	CDCD_IMPL=python $(call LIMIT,1500) $(BIN)/pytest tests/unit -q -p no:cacheprovider --ignore tests/unit/test_native.py \
 		--ignore tests/unit/test_lane.py --ignore tests/unit/test_encoded.py
 
 clean:

@@ -14,6 +14,9 @@ import pytest
 # printed and the process exits with status 1. The slowest test takes ~3 minutes on CI; a hang (a Kafka client
 # blocked in C, where no Python timeout reaches) must end the run with its stacks, not run into CI's time limit.
 TEST_LIMIT_S = int(os.environ.get("TEST_LIMIT_S", "900"))  # `make soak` runs one test for MINUTES
+# A process still there this long after its session ended (a thread that keeps it from exiting, an atexit hook
+# blocked in C) stops the same way: an xdist worker that never exits holds the whole run until CI's time limit.
+EXIT_LIMIT_S = int(os.environ.get("TEST_EXIT_LIMIT_S", "120"))
 STDERR = pytest.StashKey[int]()
 
 
@@ -37,3 +40,10 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Arms the watchdog for the process's exit (cancelled by the interpreter as it finishes)."""
+    if STDERR in config.stash:
+        faulthandler.dump_traceback_later(EXIT_LIMIT_S, exit=True, file=config.stash[STDERR])
