@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import psycopg
 import structlog
 from psycopg import pq, sql
-from psycopg.errors import UndefinedTable, error_from_result
+from psycopg.errors import QueryCanceled, UndefinedTable, error_from_result
 from psycopg.generators import fetch_many
 
 from cdcd.config import ConfigError, SourceSettings
@@ -71,6 +71,11 @@ class TableGone(LookupError):
 
 class ChunkDeadline(SourceDisconnected, TimeoutError):
     """An incremental chunk outlasted its connection's deadline, which gave the connection up."""
+
+
+class ChunkTooSlow(TimeoutError):
+    """An incremental chunk outlasted its statement_timeout (just within the connection's deadline): the server
+    cancelled it, and the connection and the session go on."""
 
 
 @dataclass(frozen=True)
@@ -362,6 +367,11 @@ class SnapshotReader:
                 return read(name, condition, after, limit, watermark)
         except ConfigError:
             raise
+        except QueryCanceled:
+            if passed.is_set():
+                raise ChunkDeadline(f"a chunk of {limit} rows of {name} outlasted its deadline") from None
+            seconds = self.timeouts.receive_s
+            raise ChunkTooSlow(f"a chunk of {limit} rows of {name} took more than {seconds:g} s") from None
         except psycopg.OperationalError as exc:
             if passed.is_set():
                 seconds = self.timeouts.deadline_s
@@ -381,6 +391,7 @@ class SnapshotReader:
         emit(conn, control.WATERMARK_PREFIX, {"slot": self.slot, "id": mark, "mark": "low"})
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         try:
+            self._limit_statements()
             xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
             table = describe(conn, name)
             rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit), self.read_row))
@@ -407,6 +418,7 @@ class SnapshotReader:
         conn = self.conn
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         try:
+            self._limit_statements()  # SET takes no snapshot
             # the first statement takes the transaction's snapshot; the position is read after it
             snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0]  # type: ignore[index]
             xids = SnapshotXids.parse(snapshot, running_known=not self.standby)
@@ -416,6 +428,12 @@ class SnapshotReader:
         finally:
             conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
         return table, rows, xids, at
+
+    def _limit_statements(self) -> None:
+        """Within a chunk's transaction: the server cancels a statement that runs for ``receive_s``, before the
+        connection's deadline (5 s later) would give the connection, and with it the session, up."""
+        if self.timeouts.receive_s:
+            self.conn.execute(f"SET LOCAL statement_timeout = {int(self.timeouts.receive_s * 1000)}")
 
     def _standby_chunk(
         self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, mark: str

@@ -52,7 +52,7 @@ from cdcd.snapshot.signals import (
     SignalRecord,
     StopSnapshot,
 )
-from cdcd.snapshot.sizing import ChunkSize
+from cdcd.snapshot.sizing import FLOOR, ChunkSize
 from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
 from cdcd.snapshot.untrusted import Rejected, Rejections
 from cdcd.snapshot.window import ChunkWindow
@@ -556,10 +556,13 @@ class Snapshotter:
             return
         self._begin(item, table, condition, after)
         try:
-            chunk, limit = self._read_chunk(item, condition, after, watermark)
+            read = self._read_chunk(item, condition, after, watermark)
         except LookupError:  # dropped since it was described
             self._gone(item)
             return
+        if read is None:
+            return
+        chunk, limit = read
         if not ChunkWindow.admits(chunk.xids, recent_xids):
             log.debug(
                 "chunk snapshot misses a transaction the stream already emitted; reading it again", table=item.table
@@ -610,15 +613,17 @@ class Snapshotter:
 
     def _read_chunk(
         self, item: TableProgress, condition: str | None, after: Sequence[str | None] | None, watermark: str
-    ) -> tuple[Chunk, int]:
-        """The next chunk of ``item``, and the rows it asked for (``sizes``). One that outlasted its connection's
-        deadline (the reader's TimeoutError; the session then starts again) is asked with fewer rows next time."""
+    ) -> tuple[Chunk, int] | None:
+        """The next chunk of ``item``, and the rows it asked for (``sizes``). One that outlasted its time is asked
+        with fewer rows next time: cancelled by the server's statement_timeout (None: the session goes on), or given
+        up with its connection at the deadline (the reader's ChunkDeadline: the session starts again). A chunk of
+        a single row that outlasts its time leaves the queue (``_too_slow``): asking again would do the same."""
         sizes = self.sizes
         assert sizes is not None  # __post_init__
         limit, began = sizes.rows, time.monotonic()
         try:
             chunk = self.reader.chunk(item.table, condition, after, limit, watermark)
-        except TimeoutError:
+        except TimeoutError as exc:
             fewer = sizes.timed_out()
             log.warning(
                 "snapshot chunk outlasted its deadline: reading it again with fewer rows",
@@ -626,9 +631,28 @@ class Snapshotter:
                 rows=limit,
                 next_rows=fewer,
             )
-            raise
+            if isinstance(exc, ConnectionError):  # the reader's ChunkDeadline: the connection was given up
+                raise
+            if limit <= FLOOR:
+                self._too_slow(item)
+            return None
         sizes.took(time.monotonic() - began)
         return chunk, limit
+
+    def _too_slow(self, item: TableProgress) -> None:
+        """Even one row of ``item`` outlasts a chunk's time (a condition that scans far for its rows without an
+        index): its snapshot leaves the queue (ABORTED), counted, and streaming goes on."""
+        log.error(
+            "snapshot aborted: even a chunk of one row outlasts its time (a condition without an index to use?)",
+            table=item.table,
+            id=item.id,
+            rows_done=item.rows,
+        )
+        self.rejections.add("snapshot", "too_slow")
+        self._table_done(item, "TOO_SLOW")
+        self.state.finish(item)
+        self.cursors.pop(item.id, None)
+        self.store.save(self.state)
 
     @property
     def watching(self) -> bool:

@@ -434,6 +434,7 @@ def wait_until(condition: Callable[[], bool], failure: str, timeout: float = 120
         time.sleep(0.02)
 
 
+@pytest.mark.full_pg_only  # control flow, the same on every major
 def test_lost_slot_is_an_error_unless_when_needed_which_snapshots_again(
     db: Database, tail_factory: Callable[..., Tail]
 ) -> None:
@@ -504,6 +505,7 @@ def _slot_exists(db: Database, slot: str) -> bool:
     return bool(db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", [slot]))
 
 
+@pytest.mark.full_pg_only  # control flow, the same on every major
 def test_creating_the_slot_while_a_transaction_runs_has_a_deadline_and_a_stop_ends_it(
     db: Database, tail_factory: Callable[..., Tail]
 ) -> None:
@@ -545,6 +547,7 @@ def test_an_unusable_state_file_stops_cdcd_with_the_file_named(db: Database, tai
     assert "Traceback" not in log
 
 
+@pytest.mark.full_pg_only  # control flow, the same on every major
 def test_an_incompatible_column_type_change_stops_with_the_column_named(run: Run, db: Database) -> None:
     db.execute(
         "CREATE TABLE c (id int PRIMARY KEY, v int); INSERT INTO c VALUES (1, 1);"

@@ -17,7 +17,7 @@ from cdcd.filters import FilterPlan
 from cdcd.ledger import Ledger
 from cdcd.pgoutput.messages import Column, Relation, Row
 from cdcd.snapshot import runner
-from cdcd.snapshot.reader import ChunkDeadline
+from cdcd.snapshot.reader import ChunkDeadline, ChunkTooSlow
 from cdcd.snapshot.runner import Snapshotter
 from cdcd.snapshot.sizing import FLOOR, ChunkSize
 from cdcd.snapshot.state import SnapshotState, StateStore, TableProgress
@@ -52,6 +52,8 @@ class _Reader:
 
     clock: Clock
     asked: list[int] = field(default_factory=list)
+    cancels: bool = False  # the server's statement_timeout cancels a slow chunk (ChunkTooSlow), the session goes on
+    slow_s: float = 0.5  # what scanning one of the first 300 rows takes
 
     def chunk(
         self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, watermark: str
@@ -59,10 +61,11 @@ class _Reader:
         self.asked.append(limit)
         first = int(after[0] or 0) + 1 if after else 1
         ids = range(first, min(first + limit, ROWS + 1))
-        took = sum(0.5 if i <= 300 else 0.01 for i in ids)
+        took = sum(self.slow_s if i <= 300 else 0.01 for i in ids)
         if took > DEADLINE_S:
             self.clock.now += DEADLINE_S
-            raise ChunkDeadline(f"a chunk of {limit} rows of {name} took more than {DEADLINE_S:g} s")
+            slow = ChunkTooSlow if self.cancels else ChunkDeadline
+            raise slow(f"a chunk of {limit} rows of {name} took more than {DEADLINE_S:g} s")
         self.clock.now += took
         rows: list[Row] = [(str(i), f"v{i}") for i in ids]
         return _Chunk(_Table(name, REL), rows, SnapshotXids.parse("100:100:"), watermark, UNTIL)
@@ -132,3 +135,43 @@ def test_the_chunk_size_halves_down_to_its_floor_and_doubles_up_to_chunk_size() 
     fixed = ChunkSize(10, 0.0)  # no deadline: the size stays chunk_size
     fixed.took(0.0)
     assert fixed.rows == 10
+
+
+def test_a_chunk_the_server_cancels_is_read_again_smaller_in_the_same_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within the chunk's statement_timeout the server cancels it: the session (its stream) goes on."""
+    clock = Clock()
+    monkeypatch.setattr(runner, "time", clock)
+    reader, sink, store = _Reader(clock, cancels=True), _Sink(), StateStore(tmp_path, "slot")
+    state = SnapshotState("slot", queue=[TableProgress("public.t", "incremental")])
+    sizes = ChunkSize(1000, DEADLINE_S)
+    snapshotter = Snapshotter(reader, sink, Ledger(), store, state, FilterPlan([]), 1000, {}, sizes=sizes)
+    for _chunk in range(40):
+        if not snapshotter.pending:
+            break
+        snapshotter.next_chunk([])
+        snapshotter.reached(UNTIL)
+    assert reader.asked == [1000, 500, 250, 125, 125, 125, 125, 250, 500, 1000]
+    assert sink.rows == ROWS
+    assert not state.queue
+
+
+def test_a_table_whose_single_row_outlasts_a_chunks_time_leaves_the_queue_and_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asking again would time out again, for ever: its snapshot is aborted (counted, notified), streaming goes
+    on, and the next queued table is read."""
+    clock = Clock()
+    monkeypatch.setattr(runner, "time", clock)
+    reader, sink, store = _Reader(clock, cancels=True, slow_s=DEADLINE_S + 1), _Sink(), StateStore(tmp_path, "slot")
+    state = SnapshotState("slot", queue=[TableProgress("public.t", "incremental", id="slow")])
+    snapshotter = Snapshotter(
+        reader, sink, Ledger(), store, state, FilterPlan([]), 8, {}, sizes=ChunkSize(8, DEADLINE_S)
+    )
+    for _chunk in range(10):
+        snapshotter.next_chunk([])
+    assert reader.asked == [8, 4, 2, 1]
+    assert (state.queue, state.finished) == ([], ["slow"])
+    assert snapshotter.rejections.counts == {("snapshot", "too_slow"): 1}
+    assert sink.rows == 0
