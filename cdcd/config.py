@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from cdcd.columns import ColumnRules, Mask, TableColumns
+from cdcd.confighints import unknown_key
 from cdcd.secrets import redact, register_secret, register_url_password
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -623,8 +624,11 @@ class ColumnSettings(_Section):
         if (self.hash_salt_file is None) == (self.hash_salt_env is None):
             raise ValueError("hash masks need their salt: set exactly one of hash_salt_file and hash_salt_env")
         salt = self._salt_text()
+        if not salt and self.hash_salt_env is not None:
+            state = "is empty" if self.hash_salt_env in os.environ else "is not set"
+            raise ValueError(f"the salt of hash masks: hash_salt_env names {self.hash_salt_env}, which {state}")
         if not salt:
-            raise ValueError("the salt of hash masks is empty")
+            raise ValueError(f"the salt of hash masks: hash_salt_file {self.hash_salt_file} is empty")
         register_secret(salt)
         self._salt = salt.encode()
         return self
@@ -920,5 +924,7 @@ def _describe(exc: ValidationError, path: Path | None) -> str:
         value = error.get("input")
         if isinstance(value, str) and len(value) >= 4 and value in message:
             message = message.replace(value, "...")  # never echo an input: it may be a secret in the wrong key
+        if error["type"] == "extra_forbidden" and (hint := unknown_key(Settings, error["loc"])):
+            message = f"{message}: {hint}"
         lines.append(f"  - {where}: {redact(message)} (file key {where} or env {env})")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from cdcd.logging import library_logger
 from cdcd.sink import Committed, SinkFailure
 from cdcd.sink.clients import kafka_away
 
@@ -92,6 +93,7 @@ def read_last(client_config: dict[str, Any], topic: str, slot: str, timeout: flo
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             "error_cb": lambda e: errors.append(e.str()),
+            "logger": library_logger("cdcd.librdkafka"),  # its lines as JSON, not raw on stderr
         }
     )
     try:

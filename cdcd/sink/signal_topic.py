@@ -17,6 +17,7 @@ import structlog
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdcd.logging import library_logger
 from cdcd.snapshot.signals import SignalRecord
 
 log = structlog.get_logger("cdcd.signals")
@@ -37,6 +38,7 @@ class SignalTopic:
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
+                "logger": library_logger("cdcd.librdkafka"),  # its lines as JSON, not raw on stderr
             }
         )
         self._offsets: dict[str, int] = {}
@@ -99,7 +101,8 @@ class SignalTopic:
         return None  # assigned at the next try, once the topic is there
 
     def _create(self) -> None:
-        admin = AdminClient(self._client)
+        config: dict[str, Any] = {**self._client, "logger": library_logger("cdcd.librdkafka")}
+        admin = AdminClient(config)
         future = admin.create_topics([NewTopic(self.topic, num_partitions=1)], operation_timeout=10)[self.topic]
         try:
             future.result(timeout=_METADATA_TIMEOUT_S)

@@ -190,7 +190,11 @@ def test_the_salt_from_a_file_without_its_newline(tmp_path: Path) -> None:
         ("columns: {tables: {crm.people: {mask: {a: hash}}}}", "need their salt"),
         (
             "columns: {hash_salt_env: NO_SUCH_SALT, tables: {crm.people: {mask: {a: hash}}}}",
-            "salt of hash masks is empty",
+            "hash_salt_env names NO_SUCH_SALT, which is not set",
+        ),
+        (
+            "columns: {hash_salt_env: EMPTY_SALT, tables: {crm.people: {mask: {a: hash}}}}",
+            "hash_salt_env names EMPTY_SALT, which is empty",
         ),
         ("columns: {hash_salt_file: /no/salt, tables: {crm.people: {mask: {a: hash}}}}", "cannot read hash_salt_file"),
         ("columns: {tables: {crm.people: {exclude: [a], mask: {a: null}}}}", "not sent at all"),
@@ -203,6 +207,7 @@ def test_configuration_errors_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, text: str, expected: str
 ) -> None:
     monkeypatch.delenv("NO_SUCH_SALT", raising=False)
+    monkeypatch.setenv("EMPTY_SALT", "")
     if text.startswith("source:"):
         (tmp_path / "cdcd.yaml").write_text(text.replace("source: {", "source: {dsn: 'host=x', ") + "\n")
         path = tmp_path / "cdcd.yaml"

@@ -40,7 +40,28 @@ def test_env_only(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("source: {}\n", ["source.dsn", "Field required"]),
         ("source: {dsn: 'host=x', slot: Bad-Name}\n", ["source.slot", "lower-case"]),
-        ("source: {dsn: 'host=x', slott: a}\n", ["source.slott", "Extra inputs"]),
+        ("source: {dsn: 'host=x', slott: a}\n", ["source.slott", "Extra inputs", "did you mean slot?"]),
+        (
+            "source: {dsn: 'host=x'}\nkafka: {heartbeat: {interval_ms: 5000}}\n",
+            ["kafka.heartbeat.interval_ms", "did you mean interval_s?"],
+        ),
+        (
+            "source: {dsn: 'host=x', publications: [{name: p, include_table: [a]}]}\n",
+            ["source.publications.0.include_table", "did you mean include_tables?"],
+        ),
+        (
+            "source: {dsn: 'host=x'}\ncolumns: {tables: {public.t: {exlude: [a]}}}\n",
+            ["columns.tables.public.t.exlude", "did you mean exclude?"],
+        ),
+        (
+            "source: {dsn: 'host=x'}\nkafka: {decimal.handling.mode: string}\n",
+            ["Debezium's decimal.handling.mode; cdcd: none: kafka.envelope debezium writes what Debezium's default"],
+        ),
+        (
+            "source: {dsn: 'host=x'}\nheartbeat_interval_ms: 100\n",
+            ["Debezium's heartbeat.interval.ms; cdcd: kafka.heartbeat.interval_s (seconds)"],
+        ),
+        ("source: {dsn: 'host=x'}\nsignals: {source: a}\n", ["signals.source", "the keys here: kafka"]),
         ("source: {dsn: 'host=x', protocol_version: 7}\n", ["protocol_version"]),
         ("source: {dsn: 'host=x', publications: [{name: p, tables: [{name: nodot}]}]}\n", ["schema.table"]),
         (

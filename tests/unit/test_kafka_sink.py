@@ -362,3 +362,23 @@ def test_a_failure_in_a_whole_transaction_stops_the_sink_and_nothing_is_confirme
         sink.write_transaction(txn(6, 0x6000), iter(()), progress)
     assert progress.flushed_lsn == 0
     assert sink.transport.producer is single  # type: ignore[comparison-overlap]
+
+
+@pytest.mark.parametrize("client", ["signals", "progress"])
+def test_librdkafka_lines_of_the_consumers_go_through_the_log_not_raw_to_stderr(
+    client: str, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker that refuses connections: the signal topic's and the progress topic's consumers had librdkafka
+    print its own ``%3|…|FAIL|rdkafka#consumer-2|`` lines into `cdcd run`'s JSON log."""
+    from cdcd.sink import progress_topic, signal_topic  # noqa: PLC0415 - only this test
+
+    config = {"bootstrap.servers": "127.0.0.1:9", "socket.connection.setup.timeout.ms": 1000}
+    if client == "signals":
+        monkeypatch.setattr(signal_topic, "_METADATA_TIMEOUT_S", 2.0)
+        topic = signal_topic.SignalTopic(config, "signals", "g", create=False)
+        assert topic.poll() == []
+        topic.close()
+    else:
+        with pytest.raises(progress_topic.ProgressTopicUnreachable):
+            progress_topic.read_last(config, "progress", "slot", 2.0)
+    assert "|FAIL|" not in capfd.readouterr().err
