@@ -914,17 +914,30 @@ def load_settings(path: Path | None) -> Settings:
     return settings
 
 
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    """How to set the key at ``loc`` from the environment. A key holding a dot (a table's name) has no variable a
+    shell can export: the variable of the section above it takes that section as JSON."""
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    dotted = next((i for i, p in enumerate(parts) if "." in p), None)
+    if dotted is None:
+        return "env CDCD_" + "__".join(p.upper() for p in parts)
+    if dotted == 0:
+        return "no environment variable: the key holds a dot"
+    section = "CDCD_" + "__".join(p.upper() for p in parts[:dotted])
+    return f"env {section}, as JSON: {'.'.join(parts[dotted:])} holds a dot"
+
+
 def _describe(exc: ValidationError, path: Path | None) -> str:
     origin = f" in {path}" if path else ""
     lines = [f"invalid configuration{origin} ({exc.error_count()} problem{'s' * (exc.error_count() > 1)}):"]
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        env = "CDCD_" + "__".join(str(p).upper() for p in error["loc"] if not isinstance(p, int))
+        env = _env_name(error["loc"])
         message = error["msg"]
         value = error.get("input")
         if isinstance(value, str) and len(value) >= 4 and value in message:
             message = message.replace(value, "...")  # never echo an input: it may be a secret in the wrong key
         if error["type"] == "extra_forbidden" and (hint := unknown_key(Settings, error["loc"])):
             message = f"{message}: {hint}"
-        lines.append(f"  - {where}: {redact(message)} (file key {where} or env {env})")
+        lines.append(f"  - {where}: {redact(message)} (file key {where} or {env})")
     return "\n".join(lines)

@@ -51,11 +51,14 @@ def test_env_only(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         (
             "source: {dsn: 'host=x'}\ncolumns: {tables: {public.t: {exlude: [a]}}}\n",
-            ["columns.tables.public.t.exlude", "did you mean exclude?"],
+            ["columns.tables.public.t.exlude", "did you mean exclude?", "env CDCD_COLUMNS__TABLES, as JSON"],
         ),
         (
             "source: {dsn: 'host=x'}\nkafka: {decimal.handling.mode: string}\n",
-            ["Debezium's decimal.handling.mode; cdcd: none: kafka.envelope debezium writes what Debezium's default"],
+            [
+                "Debezium's decimal.handling.mode; cdcd: none: kafka.envelope debezium writes what Debezium's default",
+                "env CDCD_KAFKA, as JSON: decimal.handling.mode holds a dot",
+            ],
         ),
         (
             "source: {dsn: 'host=x'}\nheartbeat_interval_ms: 100\n",
