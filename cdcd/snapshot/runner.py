@@ -603,7 +603,11 @@ class Snapshotter:
             id=item.id,
             rows_done=item.rows,
         )
-        self._table_done(item, "UNKNOWN_SCHEMA")
+        self._abandon(item, "UNKNOWN_SCHEMA")
+
+    def _abandon(self, item: TableProgress, status: str) -> None:
+        """``item`` leaves the queue unfinished (``status`` in its notification), its meter with it."""
+        self._table_done(item, status)
         self.state.finish(item)
         self.cursors.pop(item.id, None)
         meter = self.meters.tables.get(item.table)
@@ -649,10 +653,7 @@ class Snapshotter:
             rows_done=item.rows,
         )
         self.rejections.add("snapshot", "too_slow")
-        self._table_done(item, "TOO_SLOW")
-        self.state.finish(item)
-        self.cursors.pop(item.id, None)
-        self.store.save(self.state)
+        self._abandon(item, "TOO_SLOW")
 
     @property
     def watching(self) -> bool:

@@ -174,4 +174,5 @@ def test_a_table_whose_single_row_outlasts_a_chunks_time_leaves_the_queue_and_is
     assert reader.asked == [8, 4, 2, 1]
     assert (state.queue, state.finished) == ([], ["slow"])
     assert snapshotter.rejections.counts == {("snapshot", "too_slow"): 1}
+    assert "public.t" not in snapshotter.meters.tables  # no snapshot shown as running in the metrics
     assert sink.rows == 0
