@@ -390,7 +390,9 @@ def _secret_case(db: Database, case: Case, tmp_path: Path) -> dict[str, str]:
     result = cdcd("check", case.config, tmp_path)
     printed = {f"check, {name}": result.stdout + result.stderr}
     assert result.returncode == (0 if case.state == "answering" else 1), f"check, {name}:\n{printed[f'check, {name}']}"
-    seconds = 15 if case.state == "answering" else 8  # long enough to log what it waits for, retries included
+    # answering: until the row is confirmed; refusing: until it exits 1 by itself (a bound, not a pause: 8 s
+    # was too short for a loaded machine once); away: long enough to log what it waits for, retries included
+    seconds = {"answering": 15, "refusing": 40}.get(case.state, 8)
     code, confirmed, printed[f"run, {name}"] = _run_briefly(db, "run", case.config, tmp_path / "run", seconds)
     if case.state == "answering":
         assert code == 0, f"run, {name}: exit {code}\n{printed[f'run, {name}']}"
