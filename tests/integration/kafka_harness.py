@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -212,7 +213,21 @@ class Run:
         else:
             state = f"exited {self.proc.returncode}"
         log = self._stacks_and_log()
-        return f"{what}; consumer assigned {assignment}, read to {self.positions}; cdcd {state}:\n{log}"
+        gauges = self._gauges() if state == "running" else ""
+        return f"{what}; consumer assigned {assignment}, read to {self.positions}; cdcd {state}:{gauges}\n{log}"
+
+    _STALL_GAUGES = ("cdcd_received_lsn", "cdcd_flushed_lsn", "cdcd_in_flight_messages", "cdcd_events_total")
+
+    def _gauges(self) -> str:
+        """The daemon's positions and messages in flight (what tells a producer waiting on Kafka from a reader
+        waiting on WAL), best effort."""
+        try:
+            url = self.metrics_url(timeout=1)
+            text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
+        except (AssertionError, OSError) as exc:
+            return f" (no metrics: {exc})"
+        lines = [x for x in text.splitlines() if x.startswith(self._STALL_GAUGES)]
+        return "\n" + "\n".join(lines)
 
     def _stacks_and_log(self) -> str:
         """The log's tail, with every thread's stack first written to it (SIGUSR1) if cdcd is still running."""
