@@ -240,9 +240,9 @@ class ReplicationLoop:
         lost connection, a kill): a restart resumes it, never finds the slot without state. A plan that cannot
         be saved drops the slot."""
         try:
-            relations = walsender.captured_relations()
-            parts = walsender.partitions(list(relations.values()))
+            captured = walsender.captured()
             mode, point = self.settings.snapshot.mode, info.consistent_point
+            relations, parts = captured.relations, captured.partitions
             plan = start_state(None, store.slot, mode, point, list(relations), relations=relations, partitions=parts)
             plan.fresh_slot = True
             plan.signal_offsets = {} if saved is None else dict(saved.signal_offsets)
@@ -301,9 +301,8 @@ class ReplicationLoop:
             primary=walsender.primary if info.standby else None,
         )
         try:
-            relations = reader.captured_relations([p.name for p in source.publications])
-            parts = reader.partitions(list(relations.values()))
-            self._captured = list(relations)
+            captured = reader.captured([p.name for p in source.publications])
+            self._captured = list(captured.relations)
             created = info.consistent_point if info.slot_created else None
             new_tables = self.settings.snapshot.new_tables
             state = start_state(
@@ -313,8 +312,8 @@ class ReplicationLoop:
                 created,
                 self._captured,
                 new_tables=new_tables,
-                relations=relations,
-                partitions=parts,
+                relations=captured.relations,
+                partitions=captured.partitions,
             )
             state.signal_offsets = state.signal_offsets or dict(signal_offsets)
             store.save(state)
@@ -410,7 +409,7 @@ class ReplicationLoop:
 
     def _captured_name(self, reader: SnapshotReader, relation_id: int) -> str | None:
         """The name a captured table has now, by its relation id (None: it is captured no longer)."""
-        relations = reader.captured_relations([p.name for p in self.settings.source.publications])
+        relations = reader.captured([p.name for p in self.settings.source.publications]).relations
         return next((name for name, oid in relations.items() if oid == relation_id), None)
 
     def _parallel(self, reader: SnapshotReader) -> Parallel | None:
@@ -628,10 +627,10 @@ class ReplicationLoop:
         if snapshotter is None or reader is None:
             self._captured = sorted({*self._captured, *added})
             return
-        relations = reader.captured_relations([p.name for p in self.settings.source.publications])
-        self._captured = list(relations)
+        captured = reader.captured([p.name for p in self.settings.source.publications])
+        self._captured = list(captured.relations)
         snapshot = self.settings.snapshot.new_tables and self.settings.snapshot.mode != "never"
-        snapshotter.captured_now(relations, reader.partitions(list(relations.values())), snapshot)
+        snapshotter.captured_now(captured.relations, captured.partitions, snapshot)
 
     def _if_silent(self, walsender: Walsender, core: ReplicationCore) -> None:
         """A server silent for half of ``source.receive_timeout_s`` is asked for a keepalive; one silent for all

@@ -34,13 +34,13 @@ from cdcd.snapshot.position import wal_position
 from cdcd.snapshot.ranges import INTEGER_TYPES, histogram_cuts, integer_cuts, key_ranges
 from cdcd.snapshot.xids import SnapshotXids
 from cdcd.source.catalog import (
+    Captured,
     ancestors,
-    captured_relations,
+    captured,
     captured_tables,
     describe_table,
     enum_labels,
     index_columns,
-    partitions,
     table_facts,
 )
 from cdcd.source.primary import Primary
@@ -241,11 +241,8 @@ class SnapshotReader:
     def captured_tables(self, publications: Sequence[str]) -> list[str]:
         return self._guard(lambda: captured_tables(self.conn, publications))
 
-    def captured_relations(self, publications: Sequence[str]) -> dict[str, int]:
-        return self._guard(lambda: captured_relations(self.conn, publications))
-
-    def partitions(self, relation_ids: Sequence[int]) -> dict[int, dict[int, str]]:
-        return self._guard(lambda: partitions(self.conn, relation_ids))
+    def captured(self, publications: Sequence[str]) -> Captured:
+        return self._guard(lambda: captured(self.conn, publications))
 
     def describe(self, name: str) -> SnapshotTable:
         try:

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -76,6 +77,20 @@ def partitions(conn: Conn, relation_ids: Sequence[int]) -> dict[int, dict[int, s
         if leaf is not None and constraint is not None:
             leaves[int(leaf)] = str(constraint)
     return found
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What the publications capture: each table's relation id by ``schema.table``, and the leaf partitions of
+    those published as their root (``partitions``)."""
+
+    relations: dict[str, int]
+    partitions: dict[int, dict[int, str]]
+
+
+def captured(conn: Conn, publications: Sequence[str]) -> Captured:
+    relations = captured_relations(conn, publications)
+    return Captured(relations, partitions(conn, list(relations.values())))
 
 
 def describe_tables(conn: Conn, names: Sequence[str]) -> dict[str, TableInfo | None]:

@@ -12,7 +12,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,12 +28,12 @@ from cdcd.lsn import parse_lsn
 from cdcd.pgoutput.messages import Relation, TableFacts, Type
 from cdcd.secrets import redact
 from cdcd.source.catalog import (
+    Captured,
     PublicationError,
     add_new_tables,
     ancestors,
-    captured_relations,
+    captured,
     enum_labels,
-    partitions,
     prepare_filters,
     sync_publications,
     table_facts,
@@ -396,13 +396,9 @@ class Walsender:
         except psycopg.Error as exc:
             raise SourceDisconnected(f"catalog query failed: {first_line(exc)}") from None
 
-    def captured_relations(self) -> dict[str, int]:
-        """``schema.table`` of every table the publications publish, with its relation id (catalog connection)."""
-        return self._catalog(lambda conn: captured_relations(conn, [p.name for p in self.settings.publications]))
-
-    def partitions(self, relation_ids: Sequence[int]) -> dict[int, dict[int, str]]:
-        """The leaf partitions of the captured tables published as their root (catalog connection)."""
-        return self._catalog(lambda conn: partitions(conn, relation_ids))
+    def captured(self) -> Captured:
+        """What the publications capture now (catalog connection)."""
+        return self._catalog(lambda conn: captured(conn, [p.name for p in self.settings.publications]))
 
     def drop_slot(self) -> None:
         """Drop the slot (one this session created and cannot use); a failure is logged: the slot stays."""

@@ -16,6 +16,7 @@ from cdcd.replication import loop
 from cdcd.replication.start import slot_request
 from cdcd.snapshot.runner import start_state
 from cdcd.snapshot.state import StateError, StateStore
+from cdcd.source.catalog import Captured
 from cdcd.source.walsender import SessionInfo
 
 
@@ -38,11 +39,8 @@ class FakeWalsender:
         point, snapshot = (0x1000, "snap-1") if self.created else (None, None)
         return SessionInfo(1, "db", 170000, 4, "utf-8", self.created, "off", FilterPlan([]), "sys", point, snapshot)
 
-    def captured_relations(self) -> dict[str, int]:
-        return {"public.t": 16400}
-
-    def partitions(self, relation_ids: list[int]) -> dict[int, dict[int, str]]:
-        return {}
+    def captured(self) -> Captured:
+        return Captured({"public.t": 16400}, {})
 
     def drop_slot(self) -> None:
         FakeWalsender.dropped += 1
