@@ -1,9 +1,10 @@
 """Command line: ``cdcd run|check|tail --config FILE``, ``cdcd snapshot --table T [--where EXPR]``.
 
-``run`` is the daemon: it sends changes where ``sink`` in the config says. ``tail`` prints them as JSON
-lines (to stdout or ``--output``) whatever the sink. ``check`` validates the config and the source database.
-``snapshot`` writes a request into the WAL that the daemon reading the slot turns into an incremental snapshot
-(refused under ``snapshot.read_only``, which writes nothing to the source: the signal topic asks for snapshots).
+``run`` is the daemon: it sends changes where ``sink.kind`` in the config says (it has no default). ``tail``
+prints them as JSON lines (to stdout or ``--output``) whatever the sink. ``check`` validates the config and the
+source database. ``snapshot`` writes a request into the WAL that the daemon reading the slot turns into an
+incremental snapshot (refused under ``snapshot.read_only``, which writes nothing to the source: the signal topic
+asks for snapshots).
 ``status`` asks a running daemon (its metrics port) how it is doing and prints a summary, or ``--json``.
 
 Exit codes: 0 success, 1 a runtime failure (source problem, malformed stream), 2 bad configuration.
@@ -83,6 +84,7 @@ def _main(argv: list[str] | None) -> int:
         return _status(args.config, args.url, args.json, args.timeout)
     try:
         settings = load_settings(args.config)
+        kind = settings.sink.run_kind() if args.command == "run" else None
     except ConfigError as exc:
         print(f"cdcd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -94,7 +96,7 @@ def _main(argv: list[str] | None) -> int:
         return _request_snapshot(settings, args.table, args.where)
     if args.command == "tail":
         return _stream(settings, args.output, serve_metrics=False)
-    return _stream(settings, settings.sink.path if settings.sink.kind == "jsonl" else None, serve_metrics=True)
+    return _stream(settings, settings.sink.path if kind == "jsonl" else None, serve_metrics=True)
 
 
 def _check(settings: Settings) -> int:
@@ -116,15 +118,26 @@ def _check(settings: Settings) -> int:
             except ColumnRuleError as exc:  # the column rules do not fit a table as it is now
                 print(f"cdcd check: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
-    for warning in findings.warnings:
+    for warning in [*findings.warnings, *_config_warnings(settings)]:
         print(f"cdcd check: warning: {warning}", file=sys.stderr)
     if problems:
         print(f"cdcd check: {len(problems)} problem(s):", file=sys.stderr)
         for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_CONFIG if findings.config_errors else EXIT_FAILURE
-    print(f"cdcd check: configuration, source database and {settings.sink.kind} sink are ready")
+    kind = settings.sink.kind
+    ready = f"configuration, source database and {kind} sink" if kind else "configuration and source database"
+    print(f"cdcd check: {ready} are ready")
     return EXIT_OK
+
+
+def _config_warnings(settings: Settings) -> list[str]:
+    """What the configuration lacks for `cdcd run`, which other commands do without."""
+    try:
+        settings.sink.run_kind()
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
 
 
 def _schema_compatibility(settings: Settings) -> list[str]:

@@ -808,8 +808,16 @@ class NotificationSettings(_Section):
     )
 
 
+SinkKind = Literal["jsonl", "kafka"]
+
+
 class SinkSettings(_Section):
-    kind: Literal["jsonl", "kafka"] = Field("jsonl", description="where `cdcd run` sends changes")
+    kind: SinkKind | None = Field(
+        None,
+        description="where `cdcd run` sends changes: kafka, or jsonl (JSON lines appended to path). No default:"
+        " `cdcd run` refuses to start without it, so that a forgotten sink does not confirm positions into a"
+        " terminal; `cdcd tail`, `check` and `snapshot` do not need it",
+    )
     path: str = Field("-", description="jsonl: the file to append to, - for stdout")
     fsync: bool = Field(
         True,
@@ -818,6 +826,16 @@ class SinkSettings(_Section):
         " lines already confirmed)",
     )
     flush_timeout_s: float = Field(30.0, gt=0, description="on stop, how long to wait for the sink to finish")
+
+    def run_kind(self) -> SinkKind:
+        """The sink `cdcd run` sends to; raises ConfigError when the configuration names none."""
+        if self.kind is None:
+            raise ConfigError(
+                f"sink.kind is not set (file key sink.kind or {_env_name(('sink', 'kind'))}): `cdcd run` needs to"
+                " know where changes go: kafka, or jsonl (JSON lines appended to sink.path, - for stdout); `cdcd"
+                " tail` prints them without it"
+            )
+        return self.kind
 
 
 class MetricsSettings(_Section):
