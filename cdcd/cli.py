@@ -1,9 +1,11 @@
 """Command line: ``cdcd run|check|tail --config FILE``, ``cdcd snapshot --table T [--where EXPR]``.
 
-``run`` is the daemon: it sends changes where ``sink`` in the config says. ``tail`` prints them as JSON
-lines (to stdout or ``--output``) whatever the sink. ``check`` validates the config and the source database.
-``snapshot`` writes a request into the WAL that the daemon reading the slot turns into an incremental snapshot
-(refused under ``snapshot.read_only``, which writes nothing to the source: the signal topic asks for snapshots).
+``run`` is the daemon: it sends changes where ``sink.kind`` in the config says (it has no default). ``tail``
+prints them as JSON lines (to stdout or ``--output``) whatever the sink. ``check`` validates the config and the
+source database. ``snapshot`` writes a request into the WAL that the daemon reading the slot turns into an
+incremental snapshot (refused under ``snapshot.read_only``, which writes nothing to the source: the signal topic
+asks for snapshots).
+``check --offline`` validates the config alone, for CI: no secret file read, nothing contacted.
 ``status`` asks a running daemon (its metrics port) how it is doing and prints a summary, or ``--json``.
 
 Exit codes: 0 success, 1 a runtime failure (source problem, malformed stream), 2 bad configuration.
@@ -59,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--config", "-c", type=Path, help="YAML config file (env CDCD_* overrides it)")
         if name == "tail":
             sub.add_argument("--output", "-o", default="-", help="file to append to (default: stdout)")
+        if name == "check":
+            sub.add_argument(
+                "--offline", action="store_true", help="validate the config alone: no secret read, nothing contacted"
+            )
     sub = commands.add_parser("snapshot", help="ask the running daemon for an incremental snapshot of a table")
     sub.add_argument("--config", "-c", type=Path, help="YAML config file (env CDCD_* overrides it)")
     sub.add_argument("--table", "-t", required=True, help="schema.table, a table cdcd captures")
@@ -81,11 +87,15 @@ def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "status":
         return _status(args.config, args.url, args.json, args.timeout)
+    offline = args.command == "check" and args.offline
     try:
-        settings = load_settings(args.config)
+        settings = load_settings(args.config, read_secrets=not offline)
+        kind = settings.sink.run_kind() if args.command == "run" else None
     except ConfigError as exc:
         print(f"cdcd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if offline:
+        return _check_offline(settings)
     configure(settings.log)
     structlog.contextvars.bind_contextvars(slot=settings.source.slot)  # on every line of this process
     if args.command == "check":
@@ -94,7 +104,7 @@ def _main(argv: list[str] | None) -> int:
         return _request_snapshot(settings, args.table, args.where)
     if args.command == "tail":
         return _stream(settings, args.output, serve_metrics=False)
-    return _stream(settings, settings.sink.path if settings.sink.kind == "jsonl" else None, serve_metrics=True)
+    return _stream(settings, settings.sink.path if kind == "jsonl" else None, serve_metrics=True)
 
 
 def _check(settings: Settings) -> int:
@@ -116,15 +126,34 @@ def _check(settings: Settings) -> int:
             except ColumnRuleError as exc:  # the column rules do not fit a table as it is now
                 print(f"cdcd check: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
-    for warning in findings.warnings:
+    for warning in [*findings.warnings, *_config_warnings(settings)]:
         print(f"cdcd check: warning: {warning}", file=sys.stderr)
     if problems:
         print(f"cdcd check: {len(problems)} problem(s):", file=sys.stderr)
         for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_CONFIG if findings.config_errors else EXIT_FAILURE
-    print(f"cdcd check: configuration, source database and {settings.sink.kind} sink are ready")
+    kind = settings.sink.kind
+    ready = f"configuration, source database and {kind} sink" if kind else "configuration and source database"
+    print(f"cdcd check: {ready} are ready")
     return EXIT_OK
+
+
+def _check_offline(settings: Settings) -> int:
+    """The configuration parsed and validated (load_settings did it): no secret was read, nothing contacted."""
+    for warning in _config_warnings(settings):
+        print(f"cdcd check: warning: {warning}", file=sys.stderr)
+    print("cdcd check: configuration is valid (offline: secrets not read, source and sink not contacted)")
+    return EXIT_OK
+
+
+def _config_warnings(settings: Settings) -> list[str]:
+    """What the configuration lacks for `cdcd run`, which other commands do without."""
+    try:
+        settings.sink.run_kind()
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
 
 
 def _schema_compatibility(settings: Settings) -> list[str]:
@@ -196,7 +225,7 @@ def _status(config: Path | None, url: str | None, as_json: bool, timeout: float)
 
     if url is None:
         try:
-            url = status_url(load_settings(config).metrics.address)
+            url = status_url(load_settings(config, read_secrets=False).metrics.address)
         except (ConfigError, ValueError) as exc:
             print(f"cdcd status: {exc}", file=sys.stderr)
             return EXIT_CONFIG

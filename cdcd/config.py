@@ -10,7 +10,7 @@ import os
 import re
 import secrets
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import yaml
 from pydantic import (
@@ -279,18 +279,15 @@ class SourceSettings(_Section):
         return value
 
     def read_password(self) -> str | None:
-        """The contents of password_file (None without one); raises ConfigError naming an unreadable file."""
+        """The contents of password_file (None without one), read afresh at each call (a rotated Secret); raises
+        ConfigError naming an unreadable or empty file."""
         if self.password_file is None:
             return None
-        try:
-            password = self.password_file.read_text().rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise ConfigError(f"cannot read source.password_file {self.password_file}: {reason}") from None
-        if not password:
-            raise ConfigError(f"source.password_file {self.password_file} is empty")
-        register_secret(password)
-        return password
+        return read_secret_file(self.password_file, ("source", "password_file"))
+
+    def read_secrets(self) -> None:
+        """Whether password_file can be read: `cdcd run` finds out at start, not at its first connection."""
+        self.read_password()
 
     @field_validator("slot")
     @classmethod
@@ -607,7 +604,7 @@ class ColumnSettings(_Section):
     hash_salt_env: str | None = Field(
         None, description="name of the environment variable holding the salt of hash masks, instead of a file"
     )
-    _salt: bytes = PrivateAttr(b"")
+    _salt: bytes | None = PrivateAttr(None)  # read once, when first needed
 
     @field_validator("tables")
     @classmethod
@@ -616,42 +613,38 @@ class ColumnSettings(_Section):
             _qualified_name(name)
         return value
 
+    @property
+    def hashed(self) -> bool:
+        return any(rule.hash for table in self.tables.values() for rule in table.mask.values())
+
     @model_validator(mode="after")
-    def _read_salt(self) -> ColumnSettings:
-        hashed = any(rule.hash for table in self.tables.values() for rule in table.mask.values())
-        if not hashed:
-            return self
-        if (self.hash_salt_file is None) == (self.hash_salt_env is None):
+    def _salt_named(self) -> ColumnSettings:
+        if self.hashed and (self.hash_salt_file is None) == (self.hash_salt_env is None):
             raise ValueError("hash masks need their salt: set exactly one of hash_salt_file and hash_salt_env")
-        salt = self._salt_text()
-        if not salt and self.hash_salt_env is not None:
-            state = "is empty" if self.hash_salt_env in os.environ else "is not set"
-            raise ValueError(f"the salt of hash masks: hash_salt_env names {self.hash_salt_env}, which {state}")
-        if not salt:
-            raise ValueError(f"the salt of hash masks: hash_salt_file {self.hash_salt_file} is empty")
-        register_secret(salt)
-        self._salt = salt.encode()
         return self
 
-    def _salt_text(self) -> str:
+    def read_secrets(self) -> None:
+        """Read the salt of hash masks, once; raises ConfigError naming the file or variable that lacks it."""
+        if self._salt is not None or not self.hashed:
+            return
         if self.hash_salt_env is not None:
-            return os.environ.get(self.hash_salt_env, "")
-        assert self.hash_salt_file is not None
-        try:
-            return self.hash_salt_file.read_text().rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise ValueError(f"cannot read hash_salt_file {self.hash_salt_file}: {reason}") from None
+            salt = read_secret_variable(self.hash_salt_env, ("columns", "hash_salt_env"))
+        else:
+            assert self.hash_salt_file is not None  # validated: one of them
+            salt = read_secret_file(self.hash_salt_file, ("columns", "hash_salt_file"))
+        self._salt = salt.encode()
 
     def rules(self) -> ColumnRules:
-        """The rules as the encoders apply them (``cdcd.columns``)."""
+        """The rules as the encoders apply them (``cdcd.columns``); reads the salt when not read yet."""
+        self.read_secrets()
+        salt = self._salt or b""
         return ColumnRules(
             {
                 name: TableColumns(
                     name,
                     None if table.include is None else frozenset(table.include),
                     frozenset(table.exclude),
-                    {column: rule.rule(self._salt) for column, rule in table.mask.items()},
+                    {column: rule.rule(salt) for column, rule in table.mask.items()},
                 )
                 for name, table in self.tables.items()
             }
@@ -808,8 +801,16 @@ class NotificationSettings(_Section):
     )
 
 
+SinkKind = Literal["jsonl", "kafka"]
+
+
 class SinkSettings(_Section):
-    kind: Literal["jsonl", "kafka"] = Field("jsonl", description="where `cdcd run` sends changes")
+    kind: SinkKind | None = Field(
+        None,
+        description="where `cdcd run` sends changes: kafka, or jsonl (JSON lines appended to path). No default:"
+        " `cdcd run` refuses to start without it, so that a forgotten sink does not confirm positions into a"
+        " terminal; `cdcd tail`, `check` and `snapshot` do not need it",
+    )
     path: str = Field("-", description="jsonl: the file to append to, - for stdout")
     fsync: bool = Field(
         True,
@@ -818,6 +819,16 @@ class SinkSettings(_Section):
         " lines already confirmed)",
     )
     flush_timeout_s: float = Field(30.0, gt=0, description="on stop, how long to wait for the sink to finish")
+
+    def run_kind(self) -> SinkKind:
+        """The sink `cdcd run` sends to; raises ConfigError when the configuration names none."""
+        if self.kind is None:
+            raise ConfigError(
+                f"sink.kind is not set (file key sink.kind or {_env_name(('sink', 'kind'))}): `cdcd run` needs to"
+                " know where changes go: kafka, or jsonl (JSON lines appended to sink.path, - for stdout); `cdcd"
+                " tail` prints them without it"
+            )
+        return self.kind
 
 
 class MetricsSettings(_Section):
@@ -852,6 +863,13 @@ class LogSettings(_Section):
     )
 
 
+@runtime_checkable
+class _HoldsSecrets(Protocol):
+    """A section naming secret files or variables, which it reads when asked (never while parsing)."""
+
+    def read_secrets(self) -> None: ...
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CDCD_", env_nested_delimiter="__", extra="forbid")
 
@@ -880,6 +898,22 @@ class Settings(BaseSettings):
             raise ValueError("notifications.kafka.topic is written by the Kafka sink: set sink.kind to kafka")
         return self
 
+    def read_secrets(self) -> None:
+        """Read every secret file and variable the configuration names (each section's ``read_secrets``: the
+        source password, the salt of hash masks), so that a missing one stops a command before it does anything,
+        reported with the others. Parsing reads none; each is also read where it is used."""
+        problems = []
+        for name in type(self).model_fields:
+            section = getattr(self, name)
+            if isinstance(section, _HoldsSecrets):
+                try:
+                    section.read_secrets()
+                except ConfigError as exc:
+                    problems.append(str(exc))
+        if problems:
+            count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
+            raise ConfigError(f"the configuration's secrets cannot be read ({count}):\n  - " + "\n  - ".join(problems))
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -892,8 +926,36 @@ class Settings(BaseSettings):
         return env_settings, init_settings  # environment overrides the file
 
 
-def load_settings(path: Path | None) -> Settings:
-    """Read the YAML file (if any) and the environment; raise ConfigError naming every problem."""
+def read_secret_file(path: Path, key: tuple[str, ...]) -> str:
+    """The text of the secret file that the setting ``key`` names (trailing newline ignored), registered as a
+    secret; raises ConfigError naming the key, the file and the key's variable when it is unreadable or empty."""
+    where, set_by = f"{'.'.join(key)} {path}", f"file key {'.'.join(key)} or {_env_name(key)}"
+    try:
+        text = path.read_text().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(f"cannot read {where}: {reason} ({set_by})") from None
+    if not text:
+        raise ConfigError(f"{where} is empty ({set_by})")
+    register_secret(text)
+    return text
+
+
+def read_secret_variable(name: str, key: tuple[str, ...]) -> str:
+    """The value of the environment variable ``name`` that the setting ``key`` names, registered as a secret;
+    raises ConfigError naming both when it is unset or empty."""
+    text = os.environ.get(name, "")
+    if not text:
+        state = "is empty" if name in os.environ else "is not set"
+        raise ConfigError(f"{'.'.join(key)} names {name}, which {state}")
+    register_secret(text)
+    return text
+
+
+def load_settings(path: Path | None, *, read_secrets: bool = True) -> Settings:
+    """Read the YAML file (if any) and the environment; raise ConfigError naming every problem. ``read_secrets``:
+    then read the secrets the configuration names (``Settings.read_secrets``); without it nothing is read but the
+    file and the environment's CDCD_* variables (`cdcd check --offline`, `cdcd status`)."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -911,6 +973,8 @@ def load_settings(path: Path | None) -> Settings:
         raise ConfigError(_describe(exc, path)) from None
     except SettingsError as exc:  # an environment variable holding malformed JSON for a section or mapping
         raise ConfigError(redact(f"invalid configuration in the environment: {exc}")) from None
+    if read_secrets:
+        settings.read_secrets()
     return settings
 
 

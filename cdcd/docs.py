@@ -33,6 +33,10 @@ wins over the file. A whole section, list or mapping can also be given as JSON, 
 
 Secrets: `source.dsn` is never printed; prefer `source.password_file` (or `PGPASSFILE`/`PGPASSWORD`, which
 libpq reads) to a password in the DSN. See [operations.md](operations.md#tls-and-secrets).
+
+`cdcd check --offline --config FILE` validates a configuration without reading the secret files and variables
+it names and without contacting anything (for CI); exit 0 when it is valid, 2 with every problem otherwise.
+`cdcd run` needs `sink.kind`, which has no default.
 """
 
 

@@ -127,7 +127,10 @@ class Workload(threading.Thread):
 
 def failover_warnings(pair: Pair, run: Run) -> list[str]:
     """What `cdcd check` warns about the slot's failover readiness."""
-    config = {"source": {"dsn": pair.db.dsn(), "slot": run.slot, "publications": [{"name": "cdcd_pub"}]}}
+    config = {
+        "source": {"dsn": pair.db.dsn(), "slot": run.slot, "publications": [{"name": "cdcd_pub"}]},
+        "sink": {"kind": "jsonl"},  # else check warns that `cdcd run` needs one
+    }
     result = run_cdcd("check", config=config, tmp_path=run.tmp_path)
     return [line for line in result.stderr.splitlines() if "warning" in line]
 

@@ -160,7 +160,8 @@ def test_bad_filter_fails_check_and_run_with_exit_2(
 ) -> None:
     db.execute(SEED_TABLES)
     config = {
-        "source": {"dsn": db.dsn(), "slot": f"s_{db.name}", "publications": [publication], "manage_publications": True}
+        "source": {"dsn": db.dsn(), "slot": f"s_{db.name}", "publications": [publication], "manage_publications": True},
+        "sink": {"kind": "jsonl", "path": str(tmp_path / "changes.jsonl")},
     }
     for command in ("check", "run"):
         result = run_cdcd(command, config=config, tmp_path=tmp_path)

@@ -98,6 +98,7 @@ def refused(run: StandbyRun, command: str, **config: Any) -> str:
     dirs = {
         "snapshot": {"state_dir": str(run.tmp_path / "state")},
         "buffer": {"spill_dir": str(run.tmp_path / "spill")},
+        "sink": {"kind": "jsonl", "path": str(run.tmp_path / "refused.jsonl")},
     }
     result = run_cdcd(command, config={"source": source, **dirs, **config}, tmp_path=run.tmp_path)
     assert result.returncode == 2, result

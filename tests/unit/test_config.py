@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cdcd import secrets
 from cdcd.cli import main
 from cdcd.config import ConfigError, load_settings, parse_size
 
@@ -142,3 +144,82 @@ def test_heartbeat_topic_defaults_to_debeziums(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, "source: {dsn: 'host=x'}\nkafka: {topic_prefix: shop}\n"))
     assert settings.kafka.heartbeat.interval_s == 0  # off unless asked for
     assert settings.kafka.heartbeat_topic == "__debezium-heartbeat.shop"
+
+
+# -- secrets: read after parsing, by every command but `cdcd check --offline` and `cdcd status` -----------------
+
+SECRETS = (
+    "source: {dsn: 'host=/nonexistent port=1', password_file: /nonexistent/pg.password}\n"
+    "columns: {hash_salt_env: CDCD_TEST_SALT, tables: {crm.people: {mask: {email: hash}}}}\n"
+    "kafka: {producer: {security.protocol: SSL, ssl.key.location: /nonexistent/key.pem}}\n"
+)
+
+
+def test_secrets_are_read_after_parsing_each_named_with_its_key(tmp_path: Path) -> None:
+    path = write(tmp_path, SECRETS)
+    settings = load_settings(path, read_secrets=False)  # parses, reads no secret
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert str(info.value) == (
+        "the configuration's secrets cannot be read (2 problems):\n"
+        "  - cannot read source.password_file /nonexistent/pg.password: No such file or directory (file key"
+        " source.password_file or env CDCD_SOURCE__PASSWORD_FILE)\n"
+        "  - columns.hash_salt_env names CDCD_TEST_SALT, which is not set"
+    )
+    with pytest.raises(ConfigError, match=r"columns\.hash_salt_env names CDCD_TEST_SALT, which is not set"):
+        settings.columns.rules()  # a secret is read where it is used, if it was not read before
+
+
+def test_an_empty_secret_file_is_named(tmp_path: Path) -> None:
+    empty = tmp_path / "pg.password"
+    empty.write_text("\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, f"source: {{dsn: 'host=x', password_file: {empty}}}\n"))
+    assert f"source.password_file {empty} is empty (file key source.password_file or env" in str(info.value)
+
+
+def test_check_offline_reads_no_secret_and_contacts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Online, this configuration fails (its secrets are missing, its source away); offline it is valid."""
+    monkeypatch.setattr(secrets, "_secrets", set())  # other tests registered "secret" as one: masked in output
+    read: list[Path] = []
+    read_text = Path.read_text
+
+    def reading(self: Path, *args: Any, **kwargs: Any) -> str:
+        read.append(self)
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", reading)
+    path = write(tmp_path, SECRETS + "sink: {kind: kafka}\nschema_registry: {url: 'http://127.0.0.1:1'}\n")
+    assert main(["check", "--offline", "--config", str(path)]) == 0
+    printed = capsys.readouterr()
+    assert (
+        printed.out == "cdcd check: configuration is valid (offline: secrets not read, source and sink not contacted)\n"
+    )
+    assert printed.err == ""
+    assert read == [path]
+    assert main(["check", "--config", str(path)]) == 2
+    assert "the configuration's secrets cannot be read (2 problems)" in capsys.readouterr().err
+
+
+def test_check_offline_reports_configuration_errors_and_warns_of_a_missing_sink(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = write(tmp_path, "source: {dsn: 'host=x', slott: a}\n")
+    assert main(["check", "--offline", "--config", str(bad)]) == 2
+    assert "source.slott: Extra inputs are not permitted: did you mean slot?" in capsys.readouterr().err
+    no_sink = write(tmp_path, "source: {dsn: 'host=x'}\n")
+    assert main(["check", "--offline", "--config", str(no_sink)]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.startswith("cdcd check: configuration is valid")
+    assert printed.err.startswith(
+        "cdcd check: warning: sink.kind is not set (file key sink.kind or env CDCD_SINK__KIND)"
+    )
+
+
+def test_cdcd_status_reads_no_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It needs metrics.listen only: asked where nothing answers, it fails to reach the daemon (exit 1), not 2."""
+    path = write(tmp_path, SECRETS + "metrics: {listen: '127.0.0.1:1'}\n")
+    assert main(["status", "--config", str(path), "--timeout", "2"]) == 1
+    assert "secrets" not in capsys.readouterr().err

@@ -237,6 +237,7 @@ def test_config_map_is_a_valid_cdcd_config(
     settings = load_settings(config_file)
     assert settings.metrics.address == ("0.0.0.0", 9187)
     assert settings.log.format == "json"
+    assert settings.sink.run_kind() == "kafka"  # `cdcd run` refuses a configuration without sink.kind
     assert str(settings.buffer.spill_dir).startswith("/var/lib/cdcd/")
     assert settings.snapshot.state_dir == Path("/var/lib/cdcd/state")  # the PersistentVolumeClaim
     deployment = _one(rendered, "Deployment")

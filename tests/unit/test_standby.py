@@ -108,7 +108,7 @@ def run_config(tmp_path: Path, source: dict[str, Any], **sections: Any) -> Path:
         "source": {"dsn": "host=127.0.0.1 port=9", "publications": [{"name": "p"}], **source},
         "snapshot": {"state_dir": str(tmp_path / "state")},
         "buffer": {"spill_dir": str(tmp_path / "spill")},
-        "sink": {"path": str(tmp_path / "out.jsonl")},
+        "sink": {"kind": "jsonl", "path": str(tmp_path / "out.jsonl")},
         "metrics": {"listen": ""},
         "log": {"format": "json"},
         **sections,
