@@ -16,7 +16,7 @@ ARG PYTHON_IMAGE=python:3.11-slim
 
 # --- builder: wheels of cdcd (with its compiled row stage, cdcd._native) and of every runtime dependency ---
 # cdcd's wheel here has a plain linux tag (built against this base image's glibc): right for an image that builds
-# and installs it on the same base; the portable manylinux wheel, to publish, is `make wheel`'s (README: Packaging).
+# and installs it on the same base; the portable manylinux wheel, to publish, is `make wheel`'s (docs/development.md: Packaging).
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     CARGO_HOME=/usr/local/cargo RUSTUP_HOME=/usr/local/rustup PATH=/usr/local/cargo/bin:$PATH

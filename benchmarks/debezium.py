@@ -14,7 +14,7 @@ same WAL. Then, one after the other (they would compete for the two cores otherw
 * ``tx``: cdcd with its transaction topic against Debezium with ``provide.transaction.metadata=true``; both then
   write a BEGIN and an END event per transaction to ``<prefix>.transaction``;
 * ``dbz``: ``tx`` with cdcd in ``kafka.envelope: debezium`` (Debezium's types and layouts): the same messages
-  as Debezium's, byte for byte but the differences the README lists.
+  as Debezium's, byte for byte but the differences docs/kafka.md lists.
 
 Debezium 3.6 runs in a Kafka Connect standalone worker of its own per run (``deploy/local/stack
 debezium-standalone``: a fresh JVM, its own offsets file in the run's directory, REST on a free loopback port),

@@ -72,7 +72,7 @@ WORKLOAD = [
 
 
 # Every kind of difference found (a pattern over debezium_compare.general's paths: * any text, ? one
-# character), each listed in the README's "Differences from Debezium" with its reason. The test fails on a
+# character), each listed in docs/kafka.md's "Differences from Debezium" with its reason. The test fails on a
 # difference not listed, and on a listed one that no longer occurs.
 DELIBERATE = {
     "* value*.unchanged_toast": "cdcd names unchanged TOAST columns (an added envelope field)",
@@ -146,7 +146,7 @@ def test_envelopes_equal_debeziums(side_by_side: tuple[Database, Run, str]) -> N
     report = "\n".join(summary(unlisted))
     assert not unlisted, f"{len(unlisted)} unlisted kinds of difference (messages in {dump}):\n{report}"
     gone = [p for p in listed if not any(_matches(k, p) for k in kinds)]
-    assert not gone, f"listed differences that no longer occur (update the README and this list): {gone}"
+    assert not gone, f"listed differences that no longer occur (update docs/kafka.md and this list): {gone}"
     assert {"<table> value.after.nm", "<table> value.after.d"} <= set(kinds)  # the comparison sees values
     # subject names: TopicNameStrategy on both sides, for every topic with keys and values
     url = run.env["CDCD_SCHEMA_REGISTRY__URL"]

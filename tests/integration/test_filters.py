@@ -24,8 +24,8 @@ def managed(*publications: dict[str, Any], push_down: bool = True) -> dict[str, 
 
 def mirror(events: list[Event], topic: str) -> set[tuple[Any, ...]]:
     """The table a consumer rebuilds from one topic: upserts, deletes, truncates. Rows are identified by the
-    message key, or by their values on keyless topics (REPLICA IDENTITY FULL without a primary key). As the README
-    (Kafka output) asks of a consumer: a column in ``unchanged_toast`` keeps the row's value, and the two events of
+    message key, or by their values on keyless topics (REPLICA IDENTITY FULL without a primary key). As docs/kafka.md
+    (Unchanged TOAST) asks of a consumer: a column in ``unchanged_toast`` keeps the row's value, and the two events of
     a key change move the row to the new key (whichever of them comes first) before they apply, so the create
     keeps those values."""
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
