@@ -392,7 +392,7 @@ class HeartbeatSettings(_Section):
         None,
         description="SQL run on the source database before each heartbeat (Debezium's heartbeat.action.query),"
         " e.g. an UPDATE of a heartbeat table; a query the server refuses stops cdcd. cdcd moves the slot by"
-        " keepalive positions without it (README: Heartbeats)",
+        " keepalive positions without it (docs/kafka.md: Heartbeats)",
     )
 
     @field_validator("topic")
@@ -593,7 +593,7 @@ class TableColumnSettings(_Section):
 
 
 class ColumnSettings(_Section):
-    """Column selection and masking per captured table (Debezium's column.* settings). See README's "Columns"."""
+    """Column selection and masking per captured table (Debezium's column.* settings). See docs/columns.md."""
 
     tables: dict[str, TableColumnSettings] = Field(
         default_factory=dict, description="rules by schema.table (the exact names, as in the catalog)"
@@ -780,7 +780,8 @@ class SignalKafkaSettings(_Section):
 
 class SignalSettings(_Section):
     kafka: SignalKafkaSettings = Field(
-        default_factory=SignalKafkaSettings, description="Debezium's Kafka signal channel (README: Snapshots)"
+        default_factory=SignalKafkaSettings,
+        description="Debezium's Kafka signal channel (docs/snapshots.md: Signals over Kafka)",
     )
 
 
