@@ -8,7 +8,8 @@
   the config, row filters included on PostgreSQL 15+ (``filters.push_down``). Run in one transaction, and only
   after the filters passed their checks, so cdcd never writes a filter that would make the application's
   UPDATE or DELETE fail. Tables captured by pattern (``include_tables``/``exclude_tables``), and on PostgreSQL 14
-  by schema, are listed as they are then.
+  by schema, are listed as they are then. ``publish_generated_columns`` is set on PostgreSQL 18+; asked for
+  before, it is a configuration error (``version_refusals``) and nothing is written.
 * ``add_new_tables``: while streaming, the tables such a publication captures that appeared since (found when
   ``tables_fingerprint`` changes), added to it.
 * ``ancestors``: a partition's ancestors, looked up while streaming when they decide which filters apply.
@@ -26,7 +27,7 @@ import psycopg
 import structlog
 from psycopg import sql
 
-from cdcd.config import ALL_OPS, Publication, TableRef
+from cdcd.config import ALL_OPS, ConfigError, Publication, TableRef
 from cdcd.filters.checks import ColumnInfo, FilterReport, TableInfo, check_filters
 from cdcd.filters.plan import FilterPlan
 from cdcd.pgoutput.messages import TableFacts
@@ -34,6 +35,9 @@ from cdcd.pgoutput.messages import TableFacts
 log = structlog.get_logger("cdcd.source")
 
 Conn = psycopg.Connection[Any]
+
+
+GENERATED_COLUMNS_VERSION = 180000  # publish_generated_columns
 
 
 class PublicationError(RuntimeError):
@@ -171,14 +175,15 @@ def ancestors(conn: Conn, relation_id: int) -> list[str]:
 
 def read_publication(conn: Conn, name: str) -> Publication | None:
     """The server's definition of publication ``name`` (row filters on 15+), or None when it does not exist."""
+    generated = "pubgencols" if conn.info.server_version >= GENERATED_COLUMNS_VERSION else "'n'"
     row = conn.execute(
-        "SELECT oid, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot"
-        " FROM pg_publication WHERE pubname = %s",
+        "SELECT oid, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot,"
+        f" {generated} = 's' FROM pg_publication WHERE pubname = %s",
         [name],
     ).fetchone()
     if row is None:
         return None
-    oid, all_tables, *flags, via_root = row
+    oid, all_tables, *flags, via_root, stored = row
     publish = [op for op, on in zip(ALL_OPS, flags, strict=True) if on]
     qual = "pg_get_expr(r.prqual, r.prrelid)" if conn.info.server_version >= 150000 else "NULL"
     tables = conn.execute(
@@ -204,11 +209,16 @@ def read_publication(conn: Conn, name: str) -> Publication | None:
         schemas=schemas,
         publish=publish,
         publish_via_partition_root=via_root,
+        publish_generated_columns="stored" if stored else "none",
     )
 
 
 def sync_publications(conn: Conn, publications: Sequence[Publication], push_down: bool) -> None:
-    """Create or alter every defined publication so the server's definition is the config's."""
+    """Create or alter every defined publication so the server's definition is the config's. ConfigError, before
+    anything is written, for a setting the server does not have."""
+    refusals = version_refusals(publications, conn.info.server_version)
+    if refusals:
+        raise ConfigError("the publications cannot be made as configured:\n  - " + "\n  - ".join(refusals))
     with conn.transaction():
         # Filters are pushed down as text: a timestamptz literal without an offset is read in this session's
         # time zone when PostgreSQL stores the filter; cdcd reads such literals as UTC.
@@ -218,12 +228,35 @@ def sync_publications(conn: Conn, publications: Sequence[Publication], push_down
                 _sync(conn, publication, push_down)
 
 
-def _sync(conn: Conn, publication: Publication, push_down: bool) -> None:
-    name = sql.Identifier(publication.name)
-    version = conn.info.server_version
+def version_refusals(publications: Sequence[Publication], server_version: int) -> list[str]:
+    """The settings of the defined publications that a server of ``server_version`` does not have."""
+    if server_version >= GENERATED_COLUMNS_VERSION:
+        return []
+    return [
+        f"source.publications: publication {p.name!r} sets publish_generated_columns: {p.publish_generated_columns},"
+        f" but the server is PostgreSQL {server_version // 10000}: generated columns are published from PostgreSQL"
+        " 18 on (set it to none, or leave it out)"
+        for p in publications
+        if p.defined and p.publish_generated_columns != "none"
+    ]
+
+
+def publication_options(publication: Publication, server_version: int) -> sql.Composable:
+    """The WITH (...) options making the publication's settings the config's (publish_generated_columns from
+    PostgreSQL 18 on: before, the server has no such option and publishes no generated column)."""
     options = sql.SQL("publish = {}, publish_via_partition_root = {}").format(
         sql.Literal(", ".join(publication.publish)), sql.SQL(str(publication.publish_via_partition_root).lower())
     )
+    if server_version >= GENERATED_COLUMNS_VERSION:
+        generated = sql.Literal(publication.publish_generated_columns)
+        options += sql.SQL(", publish_generated_columns = {}").format(generated)
+    return options
+
+
+def _sync(conn: Conn, publication: Publication, push_down: bool) -> None:
+    name = sql.Identifier(publication.name)
+    version = conn.info.server_version
+    options = publication_options(publication, version)
     targets = _targets(conn, publication, push_down and version >= 150000)
     row = conn.execute("SELECT puballtables FROM pg_publication WHERE pubname = %s", [publication.name]).fetchone()
     if row is None:
