@@ -2,7 +2,9 @@
 
 * ``captured_tables``, ``captured_relations``: the tables the publications publish (with their relation ids,
   which a rename keeps); ``partitions``: the leaf partitions of those published as their partitioned root.
-* ``describe_tables``: columns, types, collations and replica identity, for the row-filter checks.
+* ``describe_tables``: columns, types, collations and replica identity, for the row-filter checks;
+  ``published_columns``, ``publishes_generated_columns``: those of its columns pgoutput sends (a snapshot reads
+  just those): no generated column, but the stored ones where a publication publishes them (PostgreSQL 18+).
 * ``read_publication``: the server's definition of a publication the config names without defining it.
 * ``sync_publications``: with ``source.manage_publications``, create or alter each defined publication to match
   the config, row filters included on PostgreSQL 15+ (``filters.push_down``). Run in one transaction, and only
@@ -116,12 +118,12 @@ def describe_table(conn: Conn, name: str) -> TableInfo | None:
         " CASE WHEN a.attcollation = 0 THEN NULL"
         "      WHEN co.collname = 'default'"
         "      THEN (SELECT datcollate FROM pg_database WHERE datname = current_database())"
-        "      ELSE co.collname END"
+        "      ELSE co.collname END, a.attgenerated::text"
         " FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation"
         " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
         [oid],
     ).fetchall()
-    infos = tuple(ColumnInfo(n, t, m, c) for n, t, m, c in columns)
+    infos = tuple(ColumnInfo(n, t, m, c, g) for n, t, m, c, g in columns)
     return TableInfo(name, relkind == "p", identity, _identity_columns(conn, oid, identity, infos), infos, oid)
 
 
@@ -153,6 +155,26 @@ def table_facts(conn: Conn, relation_id: int) -> TableFacts:
         [relation_id],
     ).fetchall()
     return TableFacts(frozenset(n for n, _, pk in rows if pk), frozenset(n for n, nn, _ in rows if nn))
+
+
+def published_columns(columns: Sequence[ColumnInfo], stored_generated: bool) -> tuple[ColumnInfo, ...]:
+    """The columns pgoutput sends of a table: never a virtual generated column, a stored one only where a
+    publication publishes them (``stored_generated``: publish_generated_columns = stored, PostgreSQL 18+)."""
+    return tuple(c for c in columns if not c.generated or (stored_generated and c.generated == "s"))
+
+
+def publishes_generated_columns(conn: Conn, publications: Sequence[str], name: str) -> bool:
+    """Whether one of ``publications`` that publishes table ``name`` publishes its stored generated columns.
+    PostgreSQL refuses to stream a table with generated columns that publications disagree on, so any will do."""
+    if conn.info.server_version < GENERATED_COLUMNS_VERSION or not publications:
+        return False
+    row = conn.execute(
+        "SELECT coalesce(bool_or(p.pubgencols = 's'), false) FROM pg_publication p"
+        " JOIN pg_publication_tables t ON t.pubname = p.pubname"
+        " WHERE p.pubname = ANY(%s) AND t.schemaname = %s AND t.tablename = %s",
+        [list(publications), *_split(name)],
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def enum_labels(conn: Conn, type_oid: int) -> tuple[str, ...] | None:

@@ -1,4 +1,6 @@
-"""PostgreSQL 18's generated columns: the publication setting (its SQL, refused before 18)."""
+"""PostgreSQL 18's generated columns: the publication setting (its SQL, refused before 18), and the columns a
+snapshot reads (what pgoutput sends: a stored generated column only where the publication publishes it, a
+virtual one never). The server's side is tests/integration's test_generated_columns."""
 
 from __future__ import annotations
 
@@ -9,7 +11,12 @@ from typing import Any
 import pytest
 
 from cdcd.config import ConfigError, Publication, load_settings
-from cdcd.source.catalog import publication_options, sync_publications, version_refusals
+from cdcd.filters.checks import ColumnInfo, TableInfo
+from cdcd.pgoutput.messages import Column, Relation, TableFacts
+from cdcd.snapshot import reader as reader_module
+from cdcd.source.catalog import publication_options, published_columns, sync_publications, version_refusals
+
+INT4, TEXT = 23, 25
 
 
 def publication(**fields: Any) -> Publication:
@@ -83,3 +90,67 @@ def test_managing_a_publication_the_server_cannot_make_writes_nothing() -> None:
     with pytest.raises(ConfigError, match=r"publish_generated_columns: stored, but the server is PostgreSQL 16"):
         sync_publications(conn, [publication(publish_generated_columns="stored")], push_down=False)  # type: ignore[arg-type]
     assert conn.statements == []
+
+
+# -- the columns a snapshot reads -------------------------------------------------------------------------------
+
+COLUMNS = (
+    ColumnInfo("id", INT4, -1, None),
+    ColumnInfo("a", INT4, -1, None),
+    ColumnInfo("doubled", INT4, -1, None, "s"),
+    ColumnInfo("tripled", INT4, -1, None, "v"),
+    ColumnInfo("b", TEXT, -1, "C"),
+)
+
+
+@pytest.mark.parametrize(
+    ("stored", "names"), [(True, ["id", "a", "doubled", "b"]), (False, ["id", "a", "b"])], ids=["stored", "none"]
+)
+def test_a_snapshot_reads_the_columns_pgoutput_sends(stored: bool, names: list[str]) -> None:
+    assert [c.name for c in published_columns(COLUMNS, stored)] == names
+
+
+def relation_of(
+    monkeypatch: pytest.MonkeyPatch, stored: bool, key: tuple[str, ...], identity: str = "d"
+) -> tuple[Relation, tuple[str, ...]]:
+    """``reader._relation`` for a table of COLUMNS whose publications publish stored generated columns or not."""
+    asked: list[tuple[str, ...]] = []
+
+    def publishes(conn: Any, publications: tuple[str, ...], name: str) -> bool:
+        asked.append(publications)
+        return stored
+
+    monkeypatch.setattr(reader_module, "_readable", lambda conn, name, info: info.columns)
+    monkeypatch.setattr(reader_module, "publishes_generated_columns", publishes)
+    monkeypatch.setattr(reader_module, "table_facts", lambda conn, oid: TableFacts(not_null=frozenset({"id"})))
+    identity_columns = tuple(c.name for c in COLUMNS) if identity == "f" else key
+    info = TableInfo("public.t", False, identity, identity_columns, COLUMNS, 16400)
+    described = reader_module._relation(None, info, key, ("cdcd",))  # type: ignore[arg-type]
+    assert asked == [("cdcd",)]
+    return described
+
+
+def test_the_snapshots_relation_holds_a_published_stored_generated_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    relation, key = relation_of(monkeypatch, True, ("id",))
+    assert relation.columns == (
+        Column("id", INT4, -1, True, True),
+        Column("a", INT4, -1, False),
+        Column("doubled", INT4, -1, False),
+        Column("b", TEXT, -1, False),
+    )
+    assert key == ("id",)
+    relation, key = relation_of(monkeypatch, False, ("id",))
+    assert [c.name for c in relation.columns] == ["id", "a", "b"]
+
+
+@pytest.mark.parametrize("identity", ["d", "f"])
+def test_a_key_holding_an_unpublished_generated_column_is_no_chunk_key(
+    monkeypatch: pytest.MonkeyPatch, identity: str
+) -> None:
+    """As the stream: pgoutput flags no column it leaves out, and under FULL a primary key not wholly sent is no key."""
+    relation, key = relation_of(monkeypatch, False, ("id", "doubled"), identity)
+    assert key == ()
+    assert [c.name for c in relation.columns if c.is_key] == (["id"] if identity == "d" else [])
+    relation, key = relation_of(monkeypatch, True, ("id", "doubled"), identity)
+    assert key == ("id", "doubled")
+    assert [c.name for c in relation.columns if c.is_key] == ["id", "doubled"]
