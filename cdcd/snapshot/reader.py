@@ -141,7 +141,10 @@ def _relation(
         key = ()
     identity, not_null = info.replica_identity, table_facts(conn, info.oid).not_null
     keyed = key if identity == "f" else info.identity_columns
-    columns = tuple(Column(c.name, c.type_oid, c.type_modifier, c.name in keyed, c.name in not_null) for c in sent)
+    columns = tuple(
+        Column(c.name, c.type_oid, c.type_modifier, c.name in keyed, c.name in not_null, c.generated == "s")
+        for c in sent
+    )
     schema, table = _split(name)
     return Relation(info.oid, schema, table, identity, columns), key  # type: ignore[arg-type]
 

@@ -15,8 +15,8 @@
 * ``add_new_tables``: while streaming, the tables such a publication captures that appeared since (found when
   ``tables_fingerprint`` changes), added to it.
 * ``ancestors``: a partition's ancestors, looked up while streaming when they decide which filters apply.
-* ``table_facts``, ``enum_labels``: what pgoutput does not send of a table (primary key, NOT NULL columns) and of
-  an enum type (its labels), looked up when the Relation or Type message arrives.
+* ``table_facts``, ``enum_labels``: what pgoutput does not send of a table (primary key, NOT NULL and stored
+  generated columns) and of an enum type (its labels), looked up when the Relation or Type message arrives.
 """
 
 from __future__ import annotations
@@ -147,14 +147,18 @@ def index_columns(conn: Conn, oid: int, which: str) -> tuple[str, ...]:
 
 
 def table_facts(conn: Conn, relation_id: int) -> TableFacts:
-    """A table's primary key and NOT NULL columns (nothing for a table that is gone)."""
+    """A table's primary key, NOT NULL and stored generated columns (nothing for a table that is gone)."""
     rows = conn.execute(
         "SELECT a.attname, a.attnotnull, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid"
-        " AND i.indisprimary AND a.attnum = ANY (i.indkey))"
+        " AND i.indisprimary AND a.attnum = ANY (i.indkey)), a.attgenerated = 's'"
         " FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
         [relation_id],
     ).fetchall()
-    return TableFacts(frozenset(n for n, _, pk in rows if pk), frozenset(n for n, nn, _ in rows if nn))
+    return TableFacts(
+        primary_key=frozenset(n for n, _, pk, _ in rows if pk),
+        not_null=frozenset(n for n, nn, _, _ in rows if nn),
+        generated=frozenset(n for n, _, _, stored in rows if stored),
+    )
 
 
 def published_columns(columns: Sequence[ColumnInfo], stored_generated: bool) -> tuple[ColumnInfo, ...]:

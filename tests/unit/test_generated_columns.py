@@ -1,20 +1,28 @@
-"""PostgreSQL 18's generated columns: the publication setting (its SQL, refused before 18), and the columns a
-snapshot reads (what pgoutput sends: a stored generated column only where the publication publishes it, a
-virtual one never). The server's side is tests/integration's test_generated_columns."""
+"""PostgreSQL 18's generated columns: the publication setting (its SQL, refused before 18), the columns a snapshot
+reads (what pgoutput sends: a stored generated column only where the publication publishes it, a virtual one
+never), and the schemas' mark on a stored generated column. The server's side is tests/integration's
+test_generated_columns."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import fastavro
 import pytest
 
+from cdcd.avro import EnvelopeEncoder, SourceInfo, build_schemas
 from cdcd.config import ConfigError, Publication, load_settings
 from cdcd.filters.checks import ColumnInfo, TableInfo
+from cdcd.pgoutput.decoder import Decoder
 from cdcd.pgoutput.messages import Column, Relation, TableFacts
+from cdcd.rowstage import STAGE
 from cdcd.snapshot import reader as reader_module
 from cdcd.source.catalog import publication_options, published_columns, sync_publications, version_refusals
+from tests import pgoutput_encoder as enc
 
 INT4, TEXT = 23, 25
 
@@ -130,12 +138,12 @@ def relation_of(
     return described
 
 
-def test_the_snapshots_relation_holds_a_published_stored_generated_column(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_snapshots_relation_marks_a_published_stored_generated_column(monkeypatch: pytest.MonkeyPatch) -> None:
     relation, key = relation_of(monkeypatch, True, ("id",))
     assert relation.columns == (
         Column("id", INT4, -1, True, True),
         Column("a", INT4, -1, False),
-        Column("doubled", INT4, -1, False),
+        Column("doubled", INT4, -1, False, generated=True),
         Column("b", TEXT, -1, False),
     )
     assert key == ("id",)
@@ -154,3 +162,47 @@ def test_a_key_holding_an_unpublished_generated_column_is_no_chunk_key(
     relation, key = relation_of(monkeypatch, True, ("id", "doubled"), identity)
     assert key == ("id", "doubled")
     assert [c.name for c in relation.columns if c.is_key] == ["id", "doubled"]
+
+
+# -- the stream's relation and the schemas ----------------------------------------------------------------------
+
+STREAMED = Relation(
+    16400,
+    "public",
+    "t",
+    "d",
+    (Column("id", INT4, -1, True), Column("a", INT4, -1, False), Column("doubled", INT4, -1, False)),
+)
+
+
+def test_the_streams_relation_marks_the_catalogs_stored_generated_columns() -> None:
+    facts = TableFacts(frozenset({"id"}), frozenset({"id"}), frozenset({"doubled"}))
+    decoder = Decoder(describe=lambda relation: facts, stage=STAGE)
+    decoded = decoder.decode(enc.encode(STREAMED))
+    assert isinstance(decoded, Relation)
+    assert [c.generated for c in decoded.columns] == [False, False, True]
+
+
+def marked(relation: Relation) -> Relation:
+    """``relation`` with its column doubled marked as a stored generated column, as ``Decoder.describe`` does."""
+    columns = tuple(dataclasses.replace(c, generated=c.name == "doubled") for c in relation.columns)
+    return dataclasses.replace(relation, columns=columns)
+
+
+def read(schema: dict[str, Any], data: bytes) -> Any:
+    return fastavro.schemaless_reader(io.BytesIO(data), fastavro.parse_schema(schema), None)
+
+
+@pytest.mark.parametrize("debezium", [False, True], ids=["cdcd", "debezium"])
+def test_a_stored_generated_field_is_marked_and_the_others_are_unchanged(debezium: bool) -> None:
+    plain = build_schemas(STREAMED, "srv", debezium=debezium)
+    schemas = build_schemas(marked(STREAMED), "srv", debezium=debezium)
+    ident, a, doubled = schemas.value["fields"]
+    assert doubled["pg.generated"] == "stored"
+    assert [ident, a] == plain.value["fields"][:2]
+    assert {k: v for k, v in doubled.items() if k != "pg.generated"} == plain.value["fields"][2]
+    assert schemas.key == plain.key
+    encoder = EnvelopeEncoder(schemas)
+    source = SourceInfo("1.0", "db", 1_700_000_000_000_000, tx_id=5, commit_lsn=99)
+    value = read(schemas.envelope, encoder.encode_value("c", None, ("1", "2", "4"), source, 100, None))
+    assert value["after"] == {"id": 1, "a": 2, "doubled": 4}
