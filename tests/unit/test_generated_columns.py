@@ -15,6 +15,7 @@ import fastavro
 import pytest
 
 from cdcd.avro import EnvelopeEncoder, SourceInfo, build_schemas
+from cdcd.columns import ColumnRuleError, TableColumns
 from cdcd.config import ConfigError, Publication, load_settings
 from cdcd.filters.checks import ColumnInfo, TableInfo
 from cdcd.pgoutput.decoder import Decoder
@@ -206,3 +207,12 @@ def test_a_stored_generated_field_is_marked_and_the_others_are_unchanged(debeziu
     source = SourceInfo("1.0", "db", 1_700_000_000_000_000, tx_id=5, commit_lsn=99)
     value = read(schemas.envelope, encoder.encode_value("c", None, ("1", "2", "4"), source, 100, None))
     assert value["after"] == {"id": 1, "a": 2, "doubled": 4}
+
+
+def test_column_rules_treat_a_generated_column_as_any_other() -> None:
+    relation = marked(STREAMED)
+    TableColumns("public.t", exclude=frozenset({"doubled"})).check(relation)
+    schemas = build_schemas(relation, "srv", rules=TableColumns("public.t", exclude=frozenset({"doubled"})))
+    assert [f["name"] for f in schemas.value["fields"]] == ["id", "a"]
+    with pytest.raises(ColumnRuleError, match="a virtual generated column is never sent"):
+        TableColumns("public.t", exclude=frozenset({"tripled"})).check(relation)
