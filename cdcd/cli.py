@@ -176,13 +176,19 @@ def _current_schemas(settings: Settings) -> list[tuple[str, str, dict[str, Any]]
     from cdcd.snapshot.reader import SnapshotReader  # noqa: PLC0415 - loaded only when used
 
     source, kafka = settings.source, settings.kafka
+    publications = [p.name for p in source.publications]
     reader = SnapshotReader(
-        source.dsn.get_secret_value(), source.read_password(), source.slot, Timeouts.of(source), STAGE.copy_row_reader()
+        source.dsn.get_secret_value(),
+        source.read_password(),
+        source.slot,
+        Timeouts.of(source),
+        STAGE.copy_row_reader(),
+        publications=publications,
     )
     columns = settings.columns.rules()
     try:
         candidates = []
-        for name in reader.captured_tables([p.name for p in source.publications]):
+        for name in reader.captured_tables(publications):
             table = reader.describe(name)
             types = {t.type_oid: t for t in table.types}
             debezium = kafka.envelope == "debezium"

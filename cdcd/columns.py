@@ -107,7 +107,8 @@ class TableColumns:
         if unknown:
             raise ColumnRuleError(
                 f"columns.tables.{self.table}: the table has no column {', '.join(map(repr, unknown))}"
-                " (a rule must name an existing column)"
+                " (a rule must name a column the stream sends: a virtual generated column is never sent, a stored"
+                " one only with publish_generated_columns: stored)"
             )
         for column in relation.columns:
             if not column.is_key:

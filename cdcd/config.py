@@ -56,6 +56,7 @@ class _Section(BaseModel):
 
 PublishOp = Literal["insert", "update", "delete", "truncate"]
 ALL_OPS: tuple[PublishOp, ...] = ("insert", "update", "delete", "truncate")
+GeneratedColumns = Literal["none", "stored"]
 
 
 def _qualified_name(value: str) -> str:
@@ -119,6 +120,11 @@ class Publication(_Section):
     )
     publish_via_partition_root: bool = Field(
         False, description="publish changes of partitions as changes of their partitioned root table"
+    )
+    publish_generated_columns: GeneratedColumns = Field(
+        "none",
+        description="stored: STORED generated columns are published like the others, in snapshots too"
+        " (PostgreSQL 18 or later); virtual generated columns are never published",
     )
 
     _patterns = field_validator("include_tables", "exclude_tables")(_regexes)

@@ -12,7 +12,9 @@ Value: every column sent, each ``["null", T]`` with default null (pgoutput does 
 NULL, and a key column can be null in ``before`` when the old tuple only carries the key). Key: the columns
 flagged ``is_key`` (the replica identity; under FULL the primary key), not nullable; None when there are none.
 The table's column rules (``cdcd.columns``) leave columns out (no field) and mask others (a string field, with
-``"cdcd.mask"`` naming the rule); the field's ``index`` stays its place in the row tuple.
+``"cdcd.mask"`` naming the rule); the field's ``index`` stays its place in the row tuple. A STORED generated
+column (sent by PostgreSQL 18 under ``publish_generated_columns = stored``) is a field like any other, marked
+``"pg.generated": "stored"``; a virtual generated column is never sent, so it has no field.
 
 Envelope fields, in order: before, after (["null", Value]), source, op, ts_ms, ts_us (["null", "long"],
 Debezium's processing time), transaction (["null", event.block]), unchanged_toast (array of the Value field
@@ -131,6 +133,7 @@ class ColumnSchema:
     mapping: TypeMapping
     required: bool = False  # not nullable in the Value record (kafka.envelope: debezium, NOT NULL columns)
     mask: Mask | None = None  # its mask rule (cdcd.columns): ``mapping`` is then the rule's, a string
+    generated: bool = False  # a STORED generated column (published on PostgreSQL 18 with publish_generated_columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,8 @@ def _field(col: ColumnSchema, nullable: bool) -> dict[str, Any]:
         f["doc"] = col.mapping.doc
     if col.mask is not None:
         f["cdcd.mask"] = col.mask.kind
+    if col.generated:
+        f["pg.generated"] = "stored"
     return f
 
 
@@ -252,7 +257,7 @@ def build_schemas(
         if mask is not None:
             m = masked_mapping(mask, m.pg_type)
             required = required and mask.kind != "null"
-        columns.append(ColumnSchema(i, col.name, fname, col.is_key, m, required, mask))
+        columns.append(ColumnSchema(i, col.name, fname, col.is_key, m, required, mask, col.generated))
     value = {
         "type": "record",
         "name": "Value",

@@ -18,6 +18,7 @@ class ColumnInfo:
     type_oid: int
     type_modifier: int
     collation: str | None  # the collation's name (lc_collate for "default"), None for non-collatable types
+    generated: str = ""  # pg_attribute.attgenerated: "" none, "s" stored, "v" virtual (PostgreSQL 18)
 
 
 @dataclass(frozen=True)

@@ -282,8 +282,9 @@ class Decoder:
         return message
 
     def _described(self, relation: Relation) -> Relation:
-        """The relation with the catalog's facts: NOT NULL columns; under REPLICA IDENTITY FULL (pgoutput flags
-        every column, which is no row identity) the primary key as its key, when all its columns are sent."""
+        """The relation with the catalog's facts: NOT NULL and stored generated columns; under REPLICA IDENTITY
+        FULL (pgoutput flags every column, which is no row identity) the primary key as its key, when all its
+        columns are sent."""
         full = relation.replica_identity == "f"
         if self.describe is None:
             if not full:
@@ -294,7 +295,12 @@ class Decoder:
         names = {c.name for c in relation.columns}
         key = facts.primary_key if facts.primary_key <= names else frozenset()
         columns = tuple(
-            replace(c, is_key=c.name in key if full else c.is_key, not_null=c.name in facts.not_null)
+            replace(
+                c,
+                is_key=c.name in key if full else c.is_key,
+                not_null=c.name in facts.not_null,
+                generated=c.name in facts.generated,
+            )
             for c in relation.columns
         )
         return replace(relation, columns=columns)

@@ -23,10 +23,12 @@ ReplicaIdentity = Literal["d", "n", "f", "i"]  # default (primary key), nothing,
 
 @dataclass(frozen=True, slots=True)
 class TableFacts:
-    """What the catalog knows of a table that pgoutput does not send: its primary key and NOT NULL columns."""
+    """What the catalog knows of a table that pgoutput does not send: its primary key, NOT NULL columns and
+    stored generated columns."""
 
     primary_key: frozenset[str] = frozenset()
     not_null: frozenset[str] = frozenset()
+    generated: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class Column:
     type_modifier: int
     is_key: bool  # keys the table's events: part of the replica identity; under FULL, of the primary key
     not_null: bool = False  # NOT NULL in the catalog (not sent by pgoutput: the decoder's ``describe`` fills it)
+    generated: bool = False  # a STORED generated column (sent on PostgreSQL 18 with publish_generated_columns)
 
 
 @dataclass(frozen=True, slots=True)

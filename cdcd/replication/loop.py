@@ -299,6 +299,7 @@ class ReplicationLoop:
             read_only=self.settings.snapshot.read_only,
             standby=info.standby,
             primary=walsender.primary if info.standby else None,
+            publications=[p.name for p in source.publications],
         )
         try:
             captured = reader.captured([p.name for p in source.publications])
@@ -422,7 +423,8 @@ class ReplicationLoop:
             dsn, password = source.dsn.get_secret_value(), source.read_password()
             timeouts = Timeouts.of(source)
             row, rows = STAGE.copy_row_reader(), STAGE.copy_rows_reader()
-            return SnapshotReader(dsn, password, source.slot, timeouts, row, read_rows=rows)
+            publications = [p.name for p in source.publications]
+            return SnapshotReader(dsn, password, source.slot, timeouts, row, read_rows=rows, publications=publications)
 
         encoder = self.sink.snapshot_encoder if isinstance(self.sink, SnapshotEncoding) else None
         return Parallel(connections, open_reader, reader.split, encoder)

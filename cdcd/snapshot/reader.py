@@ -41,6 +41,8 @@ from cdcd.source.catalog import (
     describe_table,
     enum_labels,
     index_columns,
+    published_columns,
+    publishes_generated_columns,
     table_facts,
 )
 from cdcd.source.primary import Primary
@@ -104,28 +106,15 @@ def _split(name: str) -> tuple[str, str]:
     return schema, table
 
 
-def describe(conn: Conn, name: str) -> SnapshotTable:
+def describe(conn: Conn, name: str, publications: Sequence[str] = ()) -> SnapshotTable:
+    """``name`` as the stream sends it through ``publications`` (``_relation``), with its chunk key."""
     info = describe_table(conn, name)
     if info is None:
         raise TableGone(f"table {name} does not exist")
-    identity = info.replica_identity
     # the replica identity index (i), else the primary key (which is the identity under d)
-    key = info.identity_columns if identity in ("i", "d") else ()
+    key = info.identity_columns if info.replica_identity in ("i", "d") else ()
     key = key or index_columns(conn, info.oid, "i.indisprimary")
-    schema, table = _split(name)
-    keyed = key if identity == "f" else info.identity_columns  # as the stream's Relation (Decoder.describe)
-    not_null = table_facts(conn, info.oid).not_null
-    readable = _readable(conn, name, info)
-    lost = [k for k in key if k not in {c.name for c in readable}]
-    if lost:
-        raise SourceError(f"{name} changed since the snapshot was taken: its key column {', '.join(lost)} is gone")
-    columns = tuple(Column(c.name, c.type_oid, c.type_modifier, c.name in keyed, c.name in not_null) for c in readable)
-    relation = Relation(info.oid, schema, table, identity, columns)  # type: ignore[arg-type]
-    types = conn.execute(
-        "SELECT t.oid, n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
-        " WHERE t.oid = ANY(%s) AND t.oid >= %s",
-        [[c.type_oid for c in info.columns], _FIRST_USER_TYPE],
-    ).fetchall()
+    relation, key = _relation(conn, info, key, publications)
     key_types = tuple(
         conn.execute(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s AND attname = %s",
@@ -133,8 +122,41 @@ def describe(conn: Conn, name: str) -> SnapshotTable:
         ).fetchone()[0]  # type: ignore[index]
         for k in key
     )
-    described = tuple(Type(oid, nsp, typ, None, enum_labels(conn, oid)) for oid, nsp, typ in types)
-    return SnapshotTable(name, relation, key, key_types, info.partitioned, described)
+    return SnapshotTable(name, relation, key, key_types, info.partitioned, _user_types(conn, info))
+
+
+def _relation(
+    conn: Conn, info: TableInfo, key: tuple[str, ...], publications: Sequence[str]
+) -> tuple[Relation, tuple[str, ...]]:
+    """The table's Relation as pgoutput sends it, and its chunk key: the readable columns pgoutput sends (a stored
+    generated column only where ``publications`` publish it), flagged as ``Decoder.describe`` flags the stream's.
+    A key holding a generated column the stream leaves out is none (nor is it the key under FULL)."""
+    name = info.name
+    readable = _readable(conn, name, info)
+    lost = [k for k in key if k not in {c.name for c in readable}]
+    if lost:
+        raise SourceError(f"{name} changed since the snapshot was taken: its key column {', '.join(lost)} is gone")
+    sent = published_columns(readable, publishes_generated_columns(conn, publications, name))
+    if not set(key) <= {c.name for c in sent}:
+        key = ()
+    identity, not_null = info.replica_identity, table_facts(conn, info.oid).not_null
+    keyed = key if identity == "f" else info.identity_columns
+    columns = tuple(
+        Column(c.name, c.type_oid, c.type_modifier, c.name in keyed, c.name in not_null, c.generated == "s")
+        for c in sent
+    )
+    schema, table = _split(name)
+    return Relation(info.oid, schema, table, identity, columns), key  # type: ignore[arg-type]
+
+
+def _user_types(conn: Conn, info: TableInfo) -> tuple[Type, ...]:
+    """The user-defined types of the table's columns, as pgoutput's Type messages describe them."""
+    types = conn.execute(
+        "SELECT t.oid, n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
+        " WHERE t.oid = ANY(%s) AND t.oid >= %s",
+        [[c.type_oid for c in info.columns], _FIRST_USER_TYPE],
+    ).fetchall()
+    return tuple(Type(oid, nsp, typ, None, enum_labels(conn, oid)) for oid, nsp, typ in types)
 
 
 def _readable(conn: Conn, name: str, info: TableInfo) -> tuple[ColumnInfo, ...]:
@@ -201,10 +223,14 @@ class SnapshotReader:
         read_only: bool = False,
         standby: bool = False,
         primary: Primary | None = None,
+        publications: Sequence[str] = (),
     ) -> None:
         """``read_row``, ``read_rows``: the row stage's COPY row readers (``cdcd.rowstage``; None: the Python ones).
         ``read_only``: incremental chunks write nothing to the source (``snapshot.read_only``). ``standby``: the
-        source is a hot standby, whose watermarks are written on ``primary`` (``source.primary_dsn``)."""
+        source is a hot standby, whose watermarks are written on ``primary`` (``source.primary_dsn``).
+        ``publications``: those the stream reads, which decide whether a table's stored generated columns are
+        read (none of them without)."""
+        self.publications = tuple(publications)
         self.read_only = read_only
         self.read_row = read_row or row_reader()
         self.read_rows = read_rows or rows_reader()
@@ -246,7 +272,7 @@ class SnapshotReader:
 
     def describe(self, name: str) -> SnapshotTable:
         try:
-            return self._guard(lambda: describe(self.conn, name))
+            return self._guard(lambda: describe(self.conn, name, self.publications))
         except UndefinedTable:  # dropped (or renamed) between its catalog entry and reading its columns
             raise TableGone(f"table {name} does not exist") from None
 
@@ -390,7 +416,7 @@ class SnapshotReader:
         try:
             self._limit_statements()
             xids = SnapshotXids.parse(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])  # type: ignore[index]
-            table = describe(conn, name)
+            table = describe(conn, name, self.publications)
             rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit), self.read_row))
             emit(conn, control.WATERMARK_PREFIX, {"slot": self.slot, "id": mark, "mark": "high"})
             # A non-transactional message waits for the WAL writer (up to wal_writer_delay) before the
@@ -420,7 +446,7 @@ class SnapshotReader:
             snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0]  # type: ignore[index]
             xids = SnapshotXids.parse(snapshot, running_known=not self.standby)
             at = wal_position(conn) if position else None
-            table = describe(conn, name)
+            table = describe(conn, name, self.publications)
             rows = list(_copy_rows(conn, table, select_sql(table, condition, after, limit), self.read_row))
         finally:
             conn.execute("COMMIT" if conn.info.transaction_status == 2 else "ROLLBACK")  # 2: INTRANS
@@ -556,7 +582,7 @@ def request_snapshot(settings: SourceSettings, table: str, where: str | None, ke
                 f"{table} is not published by {', '.join(p.name for p in settings.publications)}"
                 f" (captured: {', '.join(captured) or 'none'})"
             )
-        described = describe(conn, table)
+        described = describe(conn, table, [p.name for p in settings.publications])
         if not described.key_columns:
             raise SnapshotRequestError(f"{table} has no primary key or replica identity index to chunk by")
         condition = None if where is None else untrusted.condition(where, described.relation.columns)

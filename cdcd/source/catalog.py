@@ -2,18 +2,21 @@
 
 * ``captured_tables``, ``captured_relations``: the tables the publications publish (with their relation ids,
   which a rename keeps); ``partitions``: the leaf partitions of those published as their partitioned root.
-* ``describe_tables``: columns, types, collations and replica identity, for the row-filter checks.
+* ``describe_tables``: columns, types, collations and replica identity, for the row-filter checks;
+  ``published_columns``, ``publishes_generated_columns``: those of its columns pgoutput sends (a snapshot reads
+  just those): no generated column, but the stored ones where a publication publishes them (PostgreSQL 18+).
 * ``read_publication``: the server's definition of a publication the config names without defining it.
 * ``sync_publications``: with ``source.manage_publications``, create or alter each defined publication to match
   the config, row filters included on PostgreSQL 15+ (``filters.push_down``). Run in one transaction, and only
   after the filters passed their checks, so cdcd never writes a filter that would make the application's
   UPDATE or DELETE fail. Tables captured by pattern (``include_tables``/``exclude_tables``), and on PostgreSQL 14
-  by schema, are listed as they are then.
+  by schema, are listed as they are then. ``publish_generated_columns`` is set on PostgreSQL 18+; asked for
+  before, it is a configuration error (``version_refusals``) and nothing is written.
 * ``add_new_tables``: while streaming, the tables such a publication captures that appeared since (found when
   ``tables_fingerprint`` changes), added to it.
 * ``ancestors``: a partition's ancestors, looked up while streaming when they decide which filters apply.
-* ``table_facts``, ``enum_labels``: what pgoutput does not send of a table (primary key, NOT NULL columns) and of
-  an enum type (its labels), looked up when the Relation or Type message arrives.
+* ``table_facts``, ``enum_labels``: what pgoutput does not send of a table (primary key, NOT NULL and stored
+  generated columns) and of an enum type (its labels), looked up when the Relation or Type message arrives.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import psycopg
 import structlog
 from psycopg import sql
 
-from cdcd.config import ALL_OPS, Publication, TableRef
+from cdcd.config import ALL_OPS, ConfigError, Publication, TableRef
 from cdcd.filters.checks import ColumnInfo, FilterReport, TableInfo, check_filters
 from cdcd.filters.plan import FilterPlan
 from cdcd.pgoutput.messages import TableFacts
@@ -34,6 +37,9 @@ from cdcd.pgoutput.messages import TableFacts
 log = structlog.get_logger("cdcd.source")
 
 Conn = psycopg.Connection[Any]
+
+
+GENERATED_COLUMNS_VERSION = 180000  # publish_generated_columns
 
 
 class PublicationError(RuntimeError):
@@ -112,12 +118,12 @@ def describe_table(conn: Conn, name: str) -> TableInfo | None:
         " CASE WHEN a.attcollation = 0 THEN NULL"
         "      WHEN co.collname = 'default'"
         "      THEN (SELECT datcollate FROM pg_database WHERE datname = current_database())"
-        "      ELSE co.collname END"
+        "      ELSE co.collname END, a.attgenerated::text"
         " FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation"
         " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
         [oid],
     ).fetchall()
-    infos = tuple(ColumnInfo(n, t, m, c) for n, t, m, c in columns)
+    infos = tuple(ColumnInfo(n, t, m, c, g) for n, t, m, c, g in columns)
     return TableInfo(name, relkind == "p", identity, _identity_columns(conn, oid, identity, infos), infos, oid)
 
 
@@ -141,14 +147,38 @@ def index_columns(conn: Conn, oid: int, which: str) -> tuple[str, ...]:
 
 
 def table_facts(conn: Conn, relation_id: int) -> TableFacts:
-    """A table's primary key and NOT NULL columns (nothing for a table that is gone)."""
+    """A table's primary key, NOT NULL and stored generated columns (nothing for a table that is gone)."""
     rows = conn.execute(
         "SELECT a.attname, a.attnotnull, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid"
-        " AND i.indisprimary AND a.attnum = ANY (i.indkey))"
+        " AND i.indisprimary AND a.attnum = ANY (i.indkey)), a.attgenerated = 's'"
         " FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
         [relation_id],
     ).fetchall()
-    return TableFacts(frozenset(n for n, _, pk in rows if pk), frozenset(n for n, nn, _ in rows if nn))
+    return TableFacts(
+        primary_key=frozenset(n for n, _, pk, _ in rows if pk),
+        not_null=frozenset(n for n, nn, _, _ in rows if nn),
+        generated=frozenset(n for n, _, _, stored in rows if stored),
+    )
+
+
+def published_columns(columns: Sequence[ColumnInfo], stored_generated: bool) -> tuple[ColumnInfo, ...]:
+    """The columns pgoutput sends of a table: never a virtual generated column, a stored one only where a
+    publication publishes them (``stored_generated``: publish_generated_columns = stored, PostgreSQL 18+)."""
+    return tuple(c for c in columns if not c.generated or (stored_generated and c.generated == "s"))
+
+
+def publishes_generated_columns(conn: Conn, publications: Sequence[str], name: str) -> bool:
+    """Whether one of ``publications`` that publishes table ``name`` publishes its stored generated columns.
+    PostgreSQL refuses to stream a table with generated columns that publications disagree on, so any will do."""
+    if conn.info.server_version < GENERATED_COLUMNS_VERSION or not publications:
+        return False
+    row = conn.execute(
+        "SELECT coalesce(bool_or(p.pubgencols = 's'), false) FROM pg_publication p"
+        " JOIN pg_publication_tables t ON t.pubname = p.pubname"
+        " WHERE p.pubname = ANY(%s) AND t.schemaname = %s AND t.tablename = %s",
+        [list(publications), *_split(name)],
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def enum_labels(conn: Conn, type_oid: int) -> tuple[str, ...] | None:
@@ -171,14 +201,15 @@ def ancestors(conn: Conn, relation_id: int) -> list[str]:
 
 def read_publication(conn: Conn, name: str) -> Publication | None:
     """The server's definition of publication ``name`` (row filters on 15+), or None when it does not exist."""
+    generated = "pubgencols" if conn.info.server_version >= GENERATED_COLUMNS_VERSION else "'n'"
     row = conn.execute(
-        "SELECT oid, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot"
-        " FROM pg_publication WHERE pubname = %s",
+        "SELECT oid, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot,"
+        f" {generated} = 's' FROM pg_publication WHERE pubname = %s",
         [name],
     ).fetchone()
     if row is None:
         return None
-    oid, all_tables, *flags, via_root = row
+    oid, all_tables, *flags, via_root, stored = row
     publish = [op for op, on in zip(ALL_OPS, flags, strict=True) if on]
     qual = "pg_get_expr(r.prqual, r.prrelid)" if conn.info.server_version >= 150000 else "NULL"
     tables = conn.execute(
@@ -204,11 +235,16 @@ def read_publication(conn: Conn, name: str) -> Publication | None:
         schemas=schemas,
         publish=publish,
         publish_via_partition_root=via_root,
+        publish_generated_columns="stored" if stored else "none",
     )
 
 
 def sync_publications(conn: Conn, publications: Sequence[Publication], push_down: bool) -> None:
-    """Create or alter every defined publication so the server's definition is the config's."""
+    """Create or alter every defined publication so the server's definition is the config's. ConfigError, before
+    anything is written, for a setting the server does not have."""
+    refusals = version_refusals(publications, conn.info.server_version)
+    if refusals:
+        raise ConfigError("the publications cannot be made as configured:\n  - " + "\n  - ".join(refusals))
     with conn.transaction():
         # Filters are pushed down as text: a timestamptz literal without an offset is read in this session's
         # time zone when PostgreSQL stores the filter; cdcd reads such literals as UTC.
@@ -218,12 +254,35 @@ def sync_publications(conn: Conn, publications: Sequence[Publication], push_down
                 _sync(conn, publication, push_down)
 
 
-def _sync(conn: Conn, publication: Publication, push_down: bool) -> None:
-    name = sql.Identifier(publication.name)
-    version = conn.info.server_version
+def version_refusals(publications: Sequence[Publication], server_version: int) -> list[str]:
+    """The settings of the defined publications that a server of ``server_version`` does not have."""
+    if server_version >= GENERATED_COLUMNS_VERSION:
+        return []
+    return [
+        f"source.publications: publication {p.name!r} sets publish_generated_columns: {p.publish_generated_columns},"
+        f" but the server is PostgreSQL {server_version // 10000}: generated columns are published from PostgreSQL"
+        " 18 on (set it to none, or leave it out)"
+        for p in publications
+        if p.defined and p.publish_generated_columns != "none"
+    ]
+
+
+def publication_options(publication: Publication, server_version: int) -> sql.Composable:
+    """The WITH (...) options making the publication's settings the config's (publish_generated_columns from
+    PostgreSQL 18 on: before, the server has no such option and publishes no generated column)."""
     options = sql.SQL("publish = {}, publish_via_partition_root = {}").format(
         sql.Literal(", ".join(publication.publish)), sql.SQL(str(publication.publish_via_partition_root).lower())
     )
+    if server_version >= GENERATED_COLUMNS_VERSION:
+        generated = sql.Literal(publication.publish_generated_columns)
+        options += sql.SQL(", publish_generated_columns = {}").format(generated)
+    return options
+
+
+def _sync(conn: Conn, publication: Publication, push_down: bool) -> None:
+    name = sql.Identifier(publication.name)
+    version = conn.info.server_version
+    options = publication_options(publication, version)
     targets = _targets(conn, publication, push_down and version >= 150000)
     row = conn.execute("SELECT puballtables FROM pg_publication WHERE pubname = %s", [publication.name]).fetchone()
     if row is None:

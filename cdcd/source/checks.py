@@ -9,7 +9,7 @@ import psycopg
 
 from cdcd.config import ConfigError, SourceSettings
 from cdcd.source import failover
-from cdcd.source.catalog import candidate_tables, implied_tables, prepare_filters
+from cdcd.source.catalog import candidate_tables, implied_tables, prepare_filters, version_refusals
 from cdcd.source.standby import Writes, in_recovery, refusals
 from cdcd.source.walsender import SourceDisconnected, SourceError, connect, first_line
 
@@ -43,6 +43,8 @@ def check_source(settings: SourceSettings, writes: Writes | None = None) -> Find
             findings.problems.append(f"cannot check the row filters: {first_line(exc)}")
         else:
             findings.config_errors, findings.warnings = report.errors, report.warnings
+        if settings.manage_publications:
+            findings.config_errors.extend(version_refusals(settings.publications, conn.info.server_version))
         try:
             standby = in_recovery(conn)
         except psycopg.Error as exc:
