@@ -208,6 +208,19 @@ def select_query(
     return query
 
 
+def upper_bound(table: SnapshotTable, until: Sequence[str | None]) -> str:
+    """SQL holding the rows whose key is at most ``until`` (text values, cast to the key's types); ``false`` for
+    an empty bound. Values are literals rendered by psycopg, never pasted."""
+    if not until:
+        return "false"
+    keys = sql.SQL(", ").join(sql.Identifier(k) for k in table.key_columns)
+    typed = [
+        sql.SQL("CAST({} AS {})").format(sql.Literal(v), sql.SQL(t))
+        for v, t in zip(until, table.key_types, strict=True)
+    ]
+    return sql.SQL("({}) <= ({})").format(keys, sql.SQL(", ").join(typed)).as_string(None)
+
+
 class SnapshotReader:
     """A regular connection that reads tables for snapshots and writes watermarks (none when ``read_only``)."""
 
@@ -278,6 +291,25 @@ class SnapshotReader:
 
     def ancestors(self, relation_id: int) -> list[str]:
         return self._guard(lambda: ancestors(self.conn, relation_id))
+
+    def last_key(self, table: SnapshotTable) -> list[str | None]:
+        """The chunk key of ``table``'s last row in key order, as text ([] when it is empty)."""
+        rel = table.relation
+        keys = [sql.Identifier(k) for k in table.key_columns]
+        query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1").format(
+            sql.SQL(", ").join(sql.SQL("{}::text").format(k) for k in keys),
+            sql.SQL("" if table.partitioned else "ONLY "),
+            sql.Identifier(rel.schema, rel.name),
+            sql.SQL(", ").join(sql.SQL("{} DESC").format(k) for k in keys),
+        )
+        try:
+            row = self._guard(lambda: self.conn.execute(query).fetchone())
+        except UndefinedTable:  # dropped since it was described
+            raise TableGone(f"table {table.name} does not exist") from None
+        return [] if row is None else list(row)
+
+    def upper_bound(self, table: SnapshotTable, until: Sequence[str | None]) -> str:
+        return upper_bound(table, until)
 
     def rows(self, table: SnapshotTable, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]:
         """Every row of ``table`` matching ``condition``, in key order, after key ``after`` (read as ``row_batches``

@@ -104,6 +104,8 @@ class Reader(Protocol):
     def ancestors(self, relation_id: int) -> list[str]: ...
     def rows(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]: ...
     def estimate(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> int | None: ...
+    def last_key(self, table: Any) -> list[str | None]: ...
+    def upper_bound(self, table: Any, until: Sequence[str | None]) -> str: ...
     def chunk(
         self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, watermark: str
     ) -> Chunk: ...
@@ -556,7 +558,8 @@ class Snapshotter:
             return
         self._begin(item, table, condition, after)
         try:
-            read = self._read_chunk(item, condition, after, watermark)
+            bound = self._bound(item, table)
+            read = self._read_chunk(item, all_of([condition, bound]) if bound else condition, after, watermark)
         except LookupError:  # dropped since it was described
             self._gone(item)
             return
@@ -577,6 +580,15 @@ class Snapshotter:
         )
         last = key_values(relation, chunk.table.key_columns, rows[-1]) if rows else after
         self.window = _Open(item, window, relation, chunk.table.key_columns, last, len(rows) < limit)
+
+    def _bound(self, item: TableProgress, table: Table) -> str | None:
+        """The end of an incremental snapshot's key range (``TableProgress.until_key``), looked up when its first
+        chunk is read; None for the initial snapshot's, which its exported snapshot bounds."""
+        if item.kind != "incremental":
+            return None
+        if item.until_key is None or (item.until_key and len(item.until_key) != len(table.key_columns)):
+            item.until_key = self.reader.last_key(table)  # saved with the next chunk's progress
+        return self.reader.upper_bound(table, item.until_key)
 
     def _describe(self, item: TableProgress) -> Table | None:
         """``item``'s table, followed by relation id when renamed since it was queued (its name may be another

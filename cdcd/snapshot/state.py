@@ -47,6 +47,10 @@ class TableProgress:
     # read on several connections (``snapshot.parallelism``); its ``group`` is the table's snapshot id
     key_range: str | None = None
     relation_id: int | None = None  # the table's oid, which a rename keeps (None: queued before it was kept)
+    # An incremental snapshot's end: the chunk key of the table's last row when it began ([] for an empty table;
+    # None: not looked up yet). Rows inserted after it with higher keys arrive by the stream; without the bound a
+    # table that grows at its end faster than chunks are read is never finished (Debezium bounds it the same way).
+    until_key: list[str | None] | None = None
 
     @property
     def snapshot(self) -> str:

@@ -79,6 +79,12 @@ class _Reader:
     def estimate(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> int | None:
         return None
 
+    def last_key(self, table: Any) -> list[str | None]:
+        return []
+
+    def upper_bound(self, table: Any, until: Sequence[str | None]) -> str:
+        return ""  # no bound: these tests' tables do not grow
+
     def use_exported(self, snapshot_name: str) -> None: ...
     def end_transaction(self) -> None: ...
     def rows(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> Iterator[Row]:

@@ -112,6 +112,12 @@ class FakeConnection:
     def estimate(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> int | None:
         return self.tables[table.name]
 
+    def last_key(self, table: Any) -> list[str | None]:
+        return []
+
+    def upper_bound(self, table: Any, until: Sequence[str | None]) -> str:
+        return ""  # no bound: these tests' tables do not grow
+
     def _ids(self, name: str, condition: str | None, after: Sequence[str | None] | None) -> list[int]:
         low, high = _bounds(condition)
         start = max(low, 0 if after is None else int(after[0] or 0) + 1)

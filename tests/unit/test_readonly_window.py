@@ -132,6 +132,12 @@ class _Reader:
     def estimate(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> int | None:
         return 6
 
+    def last_key(self, table: Any) -> list[str | None]:
+        return []
+
+    def upper_bound(self, table: Any, until: Sequence[str | None]) -> str:
+        return ""  # no bound: these tests' tables do not grow
+
     def chunk(
         self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, watermark: str
     ) -> _Chunk:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,6 +210,12 @@ class FakeReader:
 
     def estimate(self, table: Any, condition: str | None, after: Sequence[str | None] | None) -> int | None:
         return self.tables[table.name]
+
+    def last_key(self, table: Any) -> list[str | None]:
+        return []
+
+    def upper_bound(self, table: Any, until: Sequence[str | None]) -> str:
+        return ""  # no bound: these tests' tables do not grow
 
     def chunk(
         self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, watermark: str
@@ -542,3 +549,42 @@ def test_a_key_range_of_a_table_does_not_hide_a_snapshot_of_the_whole_table() ->
     assert state.enqueue(TableProgress("public.a", "incremental"))
     assert not state.enqueue(TableProgress("public.a", "incremental"))
     assert not state.enqueue(TableProgress("public.a", "incremental", key_range="id < 50"))
+
+
+class GrowingReader(FakeReader):
+    """Rows 0..n-1 of each table, n growing by more than a chunk at each chunk read (a writer inserting at the
+    key's end faster than chunks are read); bounds are ``id <= N``, as the real reader's upper_bound."""
+
+    def last_key(self, table: Any) -> list[str | None]:
+        rows = self.tables[table.name]
+        return [str(rows - 1)] if rows else []
+
+    def upper_bound(self, table: Any, until: Sequence[str | None]) -> str:
+        return f"id <= {until[0]}" if until else "false"
+
+    def chunk(
+        self, name: str, condition: str | None, after: Sequence[str | None] | None, limit: int, watermark: str
+    ) -> FakeChunk:
+        self.conditions.append(condition)
+        found = re.search(r"id <= (\d+)|false", condition or "")
+        end = self.tables[name] if found is None else 0 if found[1] is None else int(found[1]) + 1
+        start = 0 if after is None else int(after[0] or 0) + 1
+        ids = range(start, min(start + limit, self.tables[name], end))
+        self.tables[name] += limit + 5
+        return FakeChunk(self.describe(name), [(str(i), f"v{i}") for i in ids], watermark)
+
+
+def test_an_incremental_snapshot_ends_at_the_key_its_table_ended_at_when_it_began(tmp_path: Path) -> None:
+    """A table growing at its end faster than chunks are read: the snapshot reads up to the last key at its start
+    (rows after it arrive by the stream) and finishes, its bound kept with its progress."""
+    reader = GrowingReader({"public.a": 25, "public.b": 0})
+    snapshotter = _snapshotter(tmp_path, reader)
+    tables = ["public.a", "public.b"]
+    snapshotter.signal(_record(0, EXECUTE | {"data": {"data-collections": tables}}), NAME, tables)
+    _run(snapshotter)
+    assert snapshotter.state.queue == []
+    sink = snapshotter.sink
+    assert isinstance(sink, FakeSink)
+    assert sink.rows == {"a": 25, "b": 0}  # ids 0..24; public.b was empty when its snapshot began
+    assert reader.conditions[0] == "(id <= 24)"
+    assert reader.conditions[-1] == "(false)"
