@@ -64,10 +64,6 @@ class Selection:
             tuple(whole(p, ignore_case=ignore_case) for p in exclude),
         )
 
-    @property
-    def everything(self) -> bool:
-        return not (self.include or self.exclude)
-
     def __call__(self, name: str) -> bool:
         included = not self.include or any(match(name) for match in self.include)
         return included and not any(match(name) for match in self.exclude)

@@ -14,8 +14,8 @@ one event for the I/O loop to act on:
 Row filters and the filter of the user's logical decoding messages (``cdcd.filters.messages``) apply as changes
 and messages arrive; transactions are assembled in bounded memory. While an incremental snapshot chunk is open,
 every change written (of the transactions it ``watches``) is shown to its window (``watcher``) on its way to the
-sink. ``position`` is how far this session's stream has come: the highest WAL
-position a frame reported (a keepalive's end of WAL, an XLogData's record), for read-only snapshot windows.
+sink. ``position`` is how far this session's stream has come: the highest WAL position a frame reported (a
+keepalive's end of WAL, an XLogData's record), for read-only snapshot windows.
 ``status_due`` and ``status_update`` say when to report and what: the flush LSN is ``Ledger.flushed_lsn``,
 never past what the sink finished (acknowledged), whatever the server sent.
 """

@@ -96,7 +96,7 @@ def test_the_default_publishes_every_prefix(tmp_path: Path) -> None:
     path.write_text("source: {dsn: host=x}\n")
     prefixes = load_settings(path).source.message_prefixes
     assert (prefixes.include, prefixes.exclude) == ([], [])
-    assert prefixes.selection().everything
+    assert prefixes.selection()("any.prefix")
 
 
 def test_either_list_loads_from_the_file_or_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
