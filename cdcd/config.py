@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from cdcd.columns import ColumnRules, Mask, TableColumns
 from cdcd.confighints import unknown_key
+from cdcd.patterns import PatternError, Selection, whole
 from cdcd.secrets import redact, register_secret, register_url_password
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -177,6 +178,44 @@ class Publication(_Section):
         return self
 
 
+def _case_insensitive_patterns(value: list[str]) -> list[str]:
+    for pattern in value:
+        try:
+            whole(pattern, ignore_case=True)
+        except PatternError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+class MessagePrefixes(_Section):
+    """Which logical decoding messages are published, by prefix: an include list or an exclude list (not both)."""
+
+    include: list[str] = Field(
+        default_factory=list,
+        description="regular expressions (RE2) matched against the whole prefix, ignoring case (Debezium's"
+        " message.prefix.include.list): only messages whose prefix one matches are published",
+    )
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="regular expressions (as include; Debezium's message.prefix.exclude.list): messages whose"
+        " prefix one matches are not published",
+    )
+
+    _patterns = field_validator("include", "exclude")(_case_insensitive_patterns)
+
+    @model_validator(mode="after")
+    def _one_list(self) -> MessagePrefixes:
+        if self.include and self.exclude:
+            raise ValueError(
+                "message_prefixes.include and message_prefixes.exclude are exclusive, as Debezium's"
+                " message.prefix.include.list and message.prefix.exclude.list: give one list"
+            )
+        return self
+
+    def selection(self) -> Selection:
+        return Selection.of(self.include, self.exclude, ignore_case=True)
+
+
 class ReconnectSettings(_Section):
     initial_backoff_s: float = Field(0.5, gt=0, description="first wait before reconnecting; doubles each failure")
     max_backoff_s: float = Field(30.0, gt=0, description="longest wait between reconnect attempts")
@@ -236,6 +275,12 @@ class SourceSettings(_Section):
         "on", description="receive large in-progress transactions as they happen (protocol 2+) instead of at commit"
     )
     messages: bool = Field(True, description="receive logical decoding messages (pg_logical_emit_message)")
+    message_prefixes: MessagePrefixes = Field(
+        default_factory=MessagePrefixes,
+        description="with messages: the prefixes whose messages are published (by default all); the others are"
+        ' dropped, counted in cdcd_filtered_events_total{table=""}, transactional or not. cdcd\'s own messages'
+        " (cdcd.watermark, cdcd.snapshot) are read whatever it says",
+    )
     binary: bool = Field(False, description="ask pgoutput for values in binary format")
     status_interval_s: float = Field(
         10.0, gt=0, description="how often to confirm the flushed position to the server (also once caught up)"

@@ -29,6 +29,8 @@ DEBEZIUM: dict[str, str] = {
     "table.exclude.list": "source.publications[].exclude_tables",
     "column.include.list": "columns.tables.<schema.table>.include",
     "column.exclude.list": "columns.tables.<schema.table>.exclude",
+    "message.prefix.include.list": "source.message_prefixes.include",
+    "message.prefix.exclude.list": "source.message_prefixes.exclude",
     "heartbeat.interval.ms": "kafka.heartbeat.interval_s (seconds)",
     "heartbeat.action.query": "kafka.heartbeat.action_query",
     "incremental.snapshot.chunk.size": "snapshot.chunk_size",

@@ -106,7 +106,12 @@ class PipelineCollector(Collector):
         )
         filtered = {(table,): count for table, count in list(s.filtered.items())}
         yield _labelled(
-            CounterMetricFamily("cdcd_filtered_events", "Changes dropped by row filters, by table", labels=["table"]),
+            CounterMetricFamily(
+                "cdcd_filtered_events",
+                'Changes dropped by row filters, by table; table="": logical decoding messages source.message_prefixes'
+                " left out",
+                labels=["table"],
+            ),
             filtered,
         )
         yield _labelled(

@@ -11,10 +11,11 @@ one event for the I/O loop to act on:
 * ``Watermark`` / ``SnapshotRequest``: cdcd's own control messages, for the snapshotter;
 * ``StatusRequested``: the server asked for a status update now.
 
-Row filters apply as changes arrive; transactions are assembled in bounded memory. While an incremental
-snapshot chunk is open, every change written (of the transactions it ``watches``) is shown to its window
-(``watcher``) on its way to the sink. ``position`` is how far this session's stream has come: the highest WAL
-position a frame reported (a keepalive's end of WAL, an XLogData's record), for read-only snapshot windows.
+Row filters and the filter of the user's logical decoding messages (``cdcd.filters.messages``) apply as changes
+and messages arrive; transactions are assembled in bounded memory. While an incremental snapshot chunk is open,
+every change written (of the transactions it ``watches``) is shown to its window (``watcher``) on its way to the
+sink. ``position`` is how far this session's stream has come: the highest WAL position a frame reported (a
+keepalive's end of WAL, an XLogData's record), for read-only snapshot windows.
 ``status_due`` and ``status_update`` say when to report and what: the flush LSN is ``Ledger.flushed_lsn``,
 never past what the sink finished (acknowledged), whatever the server sent.
 """
@@ -31,6 +32,7 @@ from cdcd.assembly import Assembler
 from cdcd.assembly.assembler import Growing
 from cdcd.batches import Buffered, Shaped, Transaction, observed
 from cdcd.filters import RowFilter
+from cdcd.filters.messages import MessageFilter
 from cdcd.ledger import Ledger
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import Change, LogicalMessage, Message, Relation, RowChange, StreamAbort
@@ -113,7 +115,7 @@ class ReplicationCore:
         ledger: Ledger,
         *,
         rowfilter: RowFilter | None = None,
-        messages: bool = False,
+        messages: MessageFilter | None = None,
         status_interval_s: float = 10.0,
         receive_timeout_s: float = 0.0,
         stats: Stats | None = None,
@@ -123,7 +125,7 @@ class ReplicationCore:
         self.assembler = assembler
         self.ledger = ledger
         self.rowfilter = rowfilter
-        self.messages = messages  # publish the user's logical decoding messages (source.messages)
+        self.messages = MessageFilter() if messages is None else messages  # the user's messages published
         self.status_interval_s = status_interval_s
         self.receive_timeout_s = receive_timeout_s  # 0: never give up on a silent server
         self._heard_at = 0.0  # when the server was last heard from (monotonic seconds)
@@ -293,5 +295,7 @@ class ReplicationCore:
         self.recent_xids.extend(xids)
 
     def _keep(self, message: LogicalMessage) -> bool:
-        """Messages are always requested (snapshot watermarks); the user's go on only with ``messages``."""
-        return self.messages or (not message.transactional and message.prefix in _CONTROL)
+        """Messages are always requested (snapshot watermarks); the user's go on only as ``messages`` says."""
+        if not message.transactional and message.prefix in _CONTROL:
+            return True
+        return self.messages.keeps(message.prefix)

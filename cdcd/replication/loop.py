@@ -22,6 +22,7 @@ from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Shaped
 from cdcd.config import Settings
 from cdcd.filters import FilterPlan, FilterStats, RowFilter
+from cdcd.filters.messages import MessageFilter
 from cdcd.heartbeat import HeartbeatClock
 from cdcd.ledger import Ledger, Positions
 from cdcd.lsn import format_lsn, pg_now_us
@@ -92,6 +93,8 @@ class ReplicationLoop:
         self.pool = BufferPool(settings.buffer.memory_limit, settings.buffer.spill_dir)
         self.stats = Stats()
         self.filter_stats = FilterStats()
+        source = settings.source  # the user's logical decoding messages published; those left out count as filtered
+        self.messages = MessageFilter(source.messages, source.message_prefixes.selection(), self.filter_stats.filtered)
         self._next_slot_check = 0.0
         self._next_table_check = 0.0
         self._reader: SnapshotReader | None = None  # the session's catalog reader (snapshots, captured tables)
@@ -283,7 +286,7 @@ class ReplicationLoop:
             Assembler(self.pool),
             self.ledger,
             rowfilter=self._rowfilter(info.filter_plan, walsender, plans),
-            messages=source.messages,
+            messages=self.messages,
             status_interval_s=source.status_interval_s,
             receive_timeout_s=source.receive_timeout_s,
             stats=self.stats,

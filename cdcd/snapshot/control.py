@@ -5,9 +5,10 @@
 * ``cdcd.snapshot``: a request for an incremental snapshot (``{"slot", "table", "where", "id", "hmac"}``), written
   by ``cdcd snapshot``.
 
-They are never published, whatever ``source.messages`` says. Any database role can write a message with either
-prefix, so their content is read with bounds (``cdcd.snapshot.untrusted``), and a request is acted on only when its
-``hmac`` is the HMAC-SHA256, under the request key (``snapshot.request_key_file`` / ``_env``), of the rest of it
+They are never published, whatever ``source.messages`` and ``source.message_prefixes`` say (the replication core
+recognises them before the user's filter). Any database role can write a message with either prefix, so their
+content is read with bounds (``cdcd.snapshot.untrusted``), and a request is acted on only when its ``hmac`` is the
+HMAC-SHA256, under the request key (``snapshot.request_key_file`` / ``_env``), of the rest of it
 (``signed``/``verify``): a role that does not hold the key cannot ask for a snapshot.
 """
 

@@ -6,8 +6,8 @@ the WHERE conditions they carry are read here and nowhere else:
 
 * ``json_object``: at most ``MAX_DOCUMENT_BYTES`` and ``MAX_DEPTH`` levels of nesting (checked before parsing, so a
   document of 100,000 ``[`` costs a scan, not a ``RecursionError``);
-* ``pattern``: a regular expression compiled by RE2 (linear time in the name matched, whatever the pattern), at
-  most ``MAX_PATTERN`` characters;
+* ``pattern``: a regular expression compiled by RE2 (``cdcd.patterns``: linear time in the name matched, whatever
+  the pattern), at most ``cdcd.patterns.MAX_PATTERN`` characters;
 * ``condition``: a WHERE condition in the row-filter grammar of ``cdcd.filters`` (one expression over the table's
   columns, constants, operators and immutable built-ins: no subqueries, no statement separators, no functions of
   the database's), checked against the table's columns and rendered by cdcd (pglast's canonical form), so that no
@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import re2  # type: ignore[import-untyped]
+from cdcd.patterns import Matcher, PatternError, whole
 
 MAX_DOCUMENT_BYTES = 64 * 1024
 MAX_DEPTH = 16
-MAX_PATTERN = 512
 MAX_CONDITION = 4096
 MAX_NAME = 256  # schema.table: two quoted identifiers of at most 63 bytes each, with room to spare
 
@@ -95,22 +94,13 @@ def _depth(text: str) -> int:
     return deepest
 
 
-_OPTIONS = re2.Options()
-_OPTIONS.log_errors = False  # RE2 would write its own lines to stderr, past the structured log
-
-
 @functools.lru_cache(maxsize=256)
-def pattern(text: str) -> Callable[[str], bool] | Rejected:
-    """A matcher of whole names for the regular expression ``text`` (RE2's syntax, Python's without look-around
-    and back-references), or why not."""
-    if len(text) > MAX_PATTERN:
-        return Rejected("pattern", f"a pattern of {len(text)} characters (at most {MAX_PATTERN})")
+def pattern(text: str) -> Matcher | Rejected:
+    """A matcher of whole names for the regular expression ``text`` (``cdcd.patterns``), or why not."""
     try:
-        compiled = re2.compile(text, _OPTIONS)
-    except re2.error as exc:
-        detail = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        return Rejected("pattern", f"{text!r} is not a regular expression cdcd reads: {detail}")
-    return lambda name: compiled.fullmatch(name) is not None
+        return whole(text)
+    except PatternError as exc:
+        return Rejected("pattern", str(exc))
 
 
 def names(text: str, table: str) -> bool:

@@ -313,7 +313,8 @@ class Walsender:
 
     def start_replication(self, start_lsn: int) -> None:
         """Enter COPY BOTH at ``start_lsn`` (0: the slot's confirmed position). Messages are always requested:
-        snapshots use them as watermarks (the pipeline drops the user's when source.messages is off)."""
+        snapshots use them as watermarks (the pipeline drops the user's when source.messages is off or
+        source.message_prefixes leaves them out)."""
         command = start_replication_command(
             self.settings.slot,
             start_lsn,

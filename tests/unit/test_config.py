@@ -66,6 +66,10 @@ def test_env_only(monkeypatch: pytest.MonkeyPatch) -> None:
             "source: {dsn: 'host=x'}\nheartbeat_interval_ms: 100\n",
             ["Debezium's heartbeat.interval.ms; cdcd: kafka.heartbeat.interval_s (seconds)"],
         ),
+        (
+            "source: {dsn: 'host=x', message.prefix.include.list: audit}\n",
+            ["Debezium's message.prefix.include.list; cdcd: source.message_prefixes.include"],
+        ),
         ("source: {dsn: 'host=x'}\nsignals: {source: a}\n", ["signals.source", "the keys here: kafka"]),
         ("source: {dsn: 'host=x', protocol_version: 7}\n", ["protocol_version"]),
         ("source: {dsn: 'host=x', publications: [{name: p, tables: [{name: nodot}]}]}\n", ["schema.table"]),

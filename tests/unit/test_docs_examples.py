@@ -47,6 +47,11 @@ def test_the_worked_example_loads_with_what_it_says(monkeypatch: pytest.MonkeyPa
     assert publication.matches("public.audit_log")
     assert not publication.matches("public.audit_log_old")
     assert not publication.matches("inventory.debezium_signal")
+    # message.prefix.include.list=audit: the whole prefix, ignoring case
+    prefixes = source.message_prefixes.selection()
+    assert prefixes("audit")
+    assert prefixes("AUDIT")
+    assert not prefixes("audit.login")
 
     rules = settings.columns.rules().tables
     customers, orders = rules["inventory.customers"], rules["inventory.orders"]

@@ -12,6 +12,7 @@ import pytest
 from cdcd.assembly import Assembler, BufferPool
 from cdcd.batches import Transaction
 from cdcd.filters import FilterPlan, RowFilter
+from cdcd.filters.messages import MessageFilter
 from cdcd.ledger import Ledger
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import (
@@ -120,7 +121,7 @@ def test_every_committed_transaction_is_written_once_in_commit_order(
 ) -> None:
     messages = decoded(fx, capture)
     commits = [(m.commit_lsn, m.end_lsn) for m in messages if isinstance(m, Commit | StreamCommit | CommitPrepared)]
-    core = core_for(tmp_path, capture, messages=True)
+    core = core_for(tmp_path, capture, messages=MessageFilter(publish=True))
     txns = written(run(core, frames_of(fx.stream(capture.proto, capture.scenario))))
     assert [(t.commit_lsn, t.end_lsn) for t in txns] == commits
     assert core.ledger.flushed_lsn == (commits[-1][1] if commits else 0)
@@ -208,7 +209,7 @@ def test_control_messages_go_to_the_snapshotter_and_user_messages_only_when_aske
         (0x20, LogicalMessage(False, 0x20, REQUEST_PREFIX, b'{"table": "public.t"}')),
         (0x30, LogicalMessage(False, 0x30, "app", b"hello")),
     )
-    kinds = [type(e) for e in run(core_for(tmp_path, messages=True), messages)]
+    kinds = [type(e) for e in run(core_for(tmp_path, messages=MessageFilter(publish=True)), messages)]
     assert kinds == [Watermark, SnapshotRequest, Publish]
     assert [type(e) for e in run(core_for(tmp_path), messages)] == [Watermark, SnapshotRequest]
 
