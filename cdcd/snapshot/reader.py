@@ -295,7 +295,8 @@ class SnapshotReader:
     def last_key(self, table: SnapshotTable) -> list[str | None]:
         """The chunk key of ``table``'s last row in key order, as text ([] when it is empty)."""
         rel = table.relation
-        keys = [sql.Identifier(k) for k in table.key_columns]
+        # qualified: an output column named as the key (``id::text`` is ``id``) would order as text
+        keys = [sql.Identifier(rel.schema, rel.name, k) for k in table.key_columns]
         query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1").format(
             sql.SQL(", ").join(sql.SQL("{}::text").format(k) for k in keys),
             sql.SQL("" if table.partitioned else "ONLY "),

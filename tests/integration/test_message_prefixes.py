@@ -44,5 +44,6 @@ def test_only_messages_with_an_included_prefix_reach_the_message_topic(run: Run,
     assert [r["after"]["id"] for r in rows if r["op"] == "c"] == [11]
     incremental = [r["after"]["id"] for r in rows if r["op"] == "r" and r["source"]["snapshot"] == "incremental"]
     assert sorted(incremental) == list(range(1, 12))
-    assert scrape(run.metrics_url())["cdcd_filtered_events_total", (("table", ""),)] == 3
+    # the three above, and run.sync's own message (prefix 'test')
+    assert scrape(run.metrics_url())["cdcd_filtered_events_total", (("table", ""),)] == 4
     assert run.stop() == 0
