@@ -12,6 +12,14 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
+
+def nested_models(annotation: object) -> list[type[BaseModel]]:
+    """The settings models a field's type holds: itself, or in a list, a mapping's values, an Optional."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in nested_models(arg)]
+
+
 _DEFAULT_MODE = "none: kafka.envelope debezium writes what Debezium's default ({}) does; native: Avro logical types"
 # Debezium PostgreSQL connector properties (as written in a connector's config) and what cdcd has for each
 DEBEZIUM: dict[str, str] = {
@@ -79,16 +87,5 @@ def _model_at(root: type[BaseModel], path: Sequence[str | int]) -> type[BaseMode
         if field is None:
             return None
         keyed = typing.get_origin(field.annotation) is dict
-        model = _inner_model([field.annotation])
+        model = next(iter(nested_models(field.annotation)), None)
     return model
-
-
-def _inner_model(annotations: Sequence[object]) -> type[BaseModel] | None:
-    """The model an annotation holds (itself, or in a list, a mapping's values, an Optional)."""
-    pending = list(annotations)
-    while pending:
-        annotation = pending.pop(0)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            return annotation
-        pending.extend(typing.get_args(annotation))
-    return None

@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from cdcd.config import Settings
+from cdcd.confighints import nested_models
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
@@ -83,13 +84,6 @@ def _default(field: FieldInfo) -> str:
     return f"`{value}`"
 
 
-def _models(annotation: Any) -> list[type[BaseModel]]:
-    """Models nested in a field's type (a section, or a list item such as a publication)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in typing.get_args(annotation) for m in _models(arg)]
-
-
 def _constraints(field: FieldInfo) -> str:
     parts = []
     for item in field.metadata:
@@ -114,7 +108,7 @@ def _section(model: type[BaseModel], path: list[str], in_list: bool, out: list[s
             env += f" (JSON) or {env[:-1]}__<key>`"
         description = (field.description or "").replace("|", "\\|").replace("\n", " ") + _constraints(field)
         out.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {env} | {description} |")
-        for sub in _models(field.annotation):
+        for sub in nested_models(field.annotation):
             is_list = typing.get_origin(field.annotation) is list
             nested.append((sub, [*path, name + ("[]" if is_list else "")], in_list or is_list))
     for sub, sub_path, sub_in_list in nested:
@@ -124,7 +118,7 @@ def _section(model: type[BaseModel], path: list[str], in_list: bool, out: list[s
 def render() -> str:
     out = [HEADER.rstrip("\n")]
     for name, field in Settings.model_fields.items():
-        for model in _models(field.annotation):
+        for model in nested_models(field.annotation):
             _section(model, [name], False, out)
     return "\n".join(out) + "\n"
 

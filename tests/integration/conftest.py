@@ -186,9 +186,14 @@ def run(db: Database, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run
 @pytest.fixture
 def run15(pg15: PgServer, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
     """Like ``run``, on PostgreSQL 15 only: for the large tests, which would add minutes per major."""
+    yield from run_on(pg15, kafka_env, tmp_path)
+
+
+def run_on(server: PgServer, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
+    """A Run on a scratch database of ``server``, whatever CDCD_TEST_PG_VERSIONS says (fixtures of one major)."""
     from tests.integration.kafka_harness import Run  # noqa: PLC0415 - it imports this module
 
-    with scratch_database(pg15) as database:
+    with scratch_database(server) as database:
         r = Run(database, kafka_env, tmp_path)
         yield r
         r.close()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from tests.integration.conftest import Database, PgServer, scratch_database, start_pg
+from tests.integration.conftest import Database, PgServer, run_on, start_pg
 from tests.integration.kafka_harness import Run
 from tests.integration.test_check import run_cdcd
 
@@ -42,10 +42,7 @@ def pg18() -> PgServer:
 @pytest.fixture
 def run18(pg18: PgServer, kafka_env: dict[str, str], tmp_path: Path) -> Iterator[Run]:
     """A Run on PostgreSQL 18 whatever CDCD_TEST_PG_VERSIONS says: publishing generated columns is new in 18."""
-    with scratch_database(pg18) as database:
-        r = Run(database, kafka_env, tmp_path)
-        yield r
-        r.close()
+    yield from run_on(pg18, kafka_env, tmp_path)
 
 
 def _changes(run: Run) -> dict[tuple[str, int], dict[str, Any]]:

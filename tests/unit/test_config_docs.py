@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from cdcd import docs
 from cdcd.config import Settings, load_settings
+from cdcd.confighints import nested_models
 
 
 def test_committed_configuration_reference_is_up_to_date() -> None:
@@ -23,7 +24,7 @@ def _fields(model: type[BaseModel], prefix: str) -> list[tuple[str, str | None]]
     found = []
     for name, field in model.model_fields.items():
         found.append((prefix + name, field.description))
-        for sub in docs._models(field.annotation):
+        for sub in nested_models(field.annotation):
             found += _fields(sub, f"{prefix}{name}.")
     return found
 
@@ -62,7 +63,7 @@ def _keys(model: type[BaseModel], path: tuple[str, ...], section: str) -> Iterat
     for name, field in model.model_fields.items():
         yield Key((*path, name), section)
         origin = typing.get_origin(field.annotation)
-        for sub in docs._models(field.annotation):
+        for sub in nested_models(field.annotation):
             sub_path = (*path, name, ANY) if origin is dict else (*path, name)
             yield from _keys(sub, sub_path, f"{section}.{name}{'[]' * (origin is list)}".lstrip("."))
 

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel
 
 from cdcd.config import Settings, load_settings
-from cdcd.confighints import DEBEZIUM
+from cdcd.confighints import DEBEZIUM, nested_models
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "from-debezium.md"
@@ -114,16 +114,6 @@ def test_the_guide_maps_debezium_properties_as_the_config_hints_do() -> None:
 _SECTIONS = tuple(Settings.model_fields)
 
 
-def _model_of(annotation: object) -> type[BaseModel] | None:
-    pending = [annotation]
-    while pending:
-        current = pending.pop(0)
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            return current
-        pending.extend(typing.get_args(current))
-    return None
-
-
 def _exists(path: str) -> bool:
     """Whether a key as the guide writes it (`source.publications[].name`, `columns.tables.<schema.table>.include`)
     is one of the settings model's."""
@@ -142,7 +132,7 @@ def _exists(path: str) -> bool:
         keyed = typing.get_origin(field.annotation) is dict or any(
             typing.get_origin(arg) is dict for arg in typing.get_args(field.annotation)
         )
-        model = _model_of(field.annotation)
+        model = next(iter(nested_models(field.annotation)), None)
     return True
 
 
