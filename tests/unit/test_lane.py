@@ -18,12 +18,16 @@ from cdcd.batches import Shaped
 from cdcd.columns import NO_RULES, ColumnRules, Mask, TableColumns
 from cdcd.config import Publication
 from cdcd.filters import FilterPlan, RowFilter
+from cdcd.filters.messages import MESSAGES, MessageFilter
 from cdcd.ledger import Ledger
+from cdcd.patterns import Selection
 from cdcd.pgoutput import DecodeError, Decoder
 from cdcd.pgoutput.messages import (
     Begin,
     Column,
     Commit,
+    LogicalMessage,
+    Message,
     Op,
     Relation,
     Row,
@@ -40,6 +44,7 @@ from cdcd.rowstage import PYTHON, STAGE
 from cdcd.shaping import EventShaper
 from tests.capture_pgoutput import FixtureMessage, fixture_paths, load_fixture
 from tests.pgoutput_encoder import encode
+from tests.unit.test_message_prefixes import _frames as message_frames
 from tests.unit.test_replication_core import xlogdata
 from tests.unit.test_shaping import NOW_US, Registry
 
@@ -508,3 +513,57 @@ def test_no_lane_where_the_compiled_code_would_read_the_text_otherwise() -> None
     ascii_decoder.decode(encode(NOTES))
     with pytest.raises(DecodeError, match="ascii"):
         ascii_decoder.decode(message)
+
+
+# -- the user's logical decoding messages (filtered in the core: tests/unit/test_message_prefixes.py) ---------
+
+_NOTES = Relation(16391, "public", "notes", "f", (Column("id", 23, -1, False), Column("t", 25, -1, False)))
+
+
+def _with_messages(xid: int, lsn: int, *prefixes: str) -> list[tuple[int, Message]]:
+    """A transaction inserting a note, then a transactional message of each prefix."""
+    body: list[tuple[int, Message]] = [
+        (lsn + 0x10, RowChange("insert", _NOTES, None, (str(xid), "n"), False, None, lsn, 0))
+    ]
+    body += [(lsn + 0x20 + i, LogicalMessage(True, lsn + 0x20 + i, p, b"x")) for i, p in enumerate(prefixes)]
+    end = lsn + 0x80
+    return [(lsn, Begin(end, 0, xid)), *body, (end, Commit(0, end, end + 8, 0))]
+
+
+def _message_records(tmp_path: Path, frames: list[bytes], lane: bool) -> tuple[list[tuple[str, bytes | None]], int]:
+    """The topics and keys of the records the frames give, through the lane and the core or the core alone; and
+    how many transactions the lane made."""
+    decoder = Decoder(stage=STAGE)
+    messages = MessageFilter(publish=True, prefixes=Selection.of([r"app\..*"], [], ignore_case=True))
+    core = ReplicationCore(decoder, Assembler(BufferPool(1 << 20, tmp_path)), Ledger(), messages=messages)
+    shaper = EventShaper("cdc", Registry(), clock_us=lambda: NOW_US, stage=STAGE)
+    shaper.start_session("shop", decoder.types, Plans())
+    out: list[tuple[str, bytes | None]] = []
+
+    def act(event: Event) -> bool:
+        if isinstance(event, Write):
+            shaper.transaction(event.transaction, event.changes, lambda t, k, v, h: out.append((t, k)))
+        elif isinstance(event, Shaped):
+            out.extend((t, k) for t, k, _ in event.records)
+        return False
+
+    carry_out(frames, core, act, Lane(core, shaper) if lane else None)
+    assert messages.filtered == {MESSAGES: 1}
+    return out, core.stats.laned
+
+
+def test_the_lane_leaves_a_transaction_holding_a_message_to_the_core_which_filters_it(tmp_path: Path) -> None:
+    """The compiled lane takes no transaction with a message in it: the filter in the core sees every message."""
+    frames = message_frames(
+        (0x100, _NOTES),
+        *_with_messages(701, 0x1000, "audit.login"),
+        *_with_messages(702, 0x2000, "app.orders"),
+        *_with_messages(703, 0x3000),
+    )
+    records, laned = _message_records(tmp_path / "lane", frames, lane=True)
+    assert records == _message_records(tmp_path / "core", frames, lane=False)[0]
+    assert laned == 1  # the transaction without a message
+    keys = [key for topic, key in records if topic == "cdc.message"]
+    assert len(keys) == 1
+    assert keys[0] is not None
+    assert b"app.orders" in keys[0]

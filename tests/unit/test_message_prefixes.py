@@ -13,22 +13,17 @@ from pathlib import Path
 import pytest
 
 from cdcd.assembly import Assembler, BufferPool
-from cdcd.batches import Shaped
 from cdcd.config import ConfigError, MessagePrefixes, Settings, load_settings
 from cdcd.filters.messages import MESSAGES, MessageFilter
 from cdcd.ledger import Ledger
 from cdcd.patterns import MAX_PATTERN, PatternError, Selection, whole
 from cdcd.pgoutput import Decoder
-from cdcd.pgoutput.messages import Begin, Column, Commit, LogicalMessage, Message, Relation, RowChange
-from cdcd.plan import Plans
+from cdcd.pgoutput.messages import Begin, Commit, LogicalMessage, Message
 from cdcd.replication import loop
 from cdcd.replication.core import Event, Publish, ReplicationCore, SnapshotRequest, Watermark, Write
-from cdcd.replication.lane import Lane, carry_out
 from cdcd.rowstage import STAGE
-from cdcd.shaping import EventShaper
 from cdcd.snapshot.control import REQUEST_PREFIX, WATERMARK_PREFIX
 from tests.pgoutput_encoder import encode
-from tests.unit.test_shaping import NOW_US, Registry
 
 # -- matching ---------------------------------------------------------------------------------------------
 
@@ -202,58 +197,3 @@ def test_cdcds_own_control_messages_reach_the_snapshotter_whatever_the_lists_say
     events = _events(_core(tmp_path, messages), frames)
     assert [type(e) for e in events] == [Watermark, SnapshotRequest]
     assert messages.filtered == {}
-
-
-# -- with the compiled lane -------------------------------------------------------------------------------
-
-NOTES = Relation(16391, "public", "notes", "f", (Column("id", 23, -1, False), Column("t", 25, -1, False)))
-
-
-def _transaction(xid: int, lsn: int, *prefixes: str) -> list[tuple[int, Message]]:
-    """A transaction inserting a note, then a transactional message of each prefix."""
-    body: list[tuple[int, Message]] = [
-        (lsn + 0x10, RowChange("insert", NOTES, None, (str(xid), "n"), False, None, lsn, 0))
-    ]
-    body += [(lsn + 0x20 + i, LogicalMessage(True, lsn + 0x20 + i, p, b"x")) for i, p in enumerate(prefixes)]
-    end = lsn + 0x80
-    return [(lsn, Begin(end, 0, xid)), *body, (end, Commit(0, end, end + 8, 0))]
-
-
-def _records(tmp_path: Path, frames: list[bytes], lane: bool) -> tuple[list[tuple[str, bytes | None]], int]:
-    """The topics and keys of the records the frames give, through the lane and the core or the core alone; and
-    how many transactions the lane made."""
-    decoder = Decoder(stage=STAGE)
-    messages = MessageFilter(publish=True, prefixes=Selection.of([r"app\..*"], [], ignore_case=True))
-    core = ReplicationCore(decoder, Assembler(BufferPool(1 << 20, tmp_path)), Ledger(), messages=messages)
-    shaper = EventShaper("cdc", Registry(), clock_us=lambda: NOW_US, stage=STAGE)
-    shaper.start_session("shop", decoder.types, Plans())
-    out: list[tuple[str, bytes | None]] = []
-
-    def act(event: Event) -> bool:
-        if isinstance(event, Write):
-            shaper.transaction(event.transaction, event.changes, lambda t, k, v, h: out.append((t, k)))
-        elif isinstance(event, Shaped):
-            out.extend((t, k) for t, k, _ in event.records)
-        return False
-
-    carry_out(frames, core, act, Lane(core, shaper) if lane else None)
-    assert messages.filtered == {MESSAGES: 1}
-    return out, core.stats.laned
-
-
-@pytest.mark.skipif(STAGE.lane is None, reason="the row stage has no lane (CDCD_IMPL=python)")
-def test_the_lane_leaves_a_transaction_holding_a_message_to_the_core_which_filters_it(tmp_path: Path) -> None:
-    """The compiled lane takes no transaction with a message in it: the filter in the core sees every message."""
-    frames = _frames(
-        (0x100, NOTES),
-        *_transaction(701, 0x1000, "audit.login"),
-        *_transaction(702, 0x2000, "app.orders"),
-        *_transaction(703, 0x3000),
-    )
-    records, laned = _records(tmp_path / "lane", frames, lane=True)
-    assert records == _records(tmp_path / "core", frames, lane=False)[0]
-    assert laned == 1  # the transaction without a message
-    keys = [key for topic, key in records if topic == "cdc.message"]
-    assert len(keys) == 1
-    assert keys[0] is not None
-    assert b"app.orders" in keys[0]
