@@ -62,6 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "pg_before(major): runs on the majors of CDCD_TEST_PG_VERSIONS below ``major`` only (deselected on others)",
     )
+    config.addinivalue_line("markers", "pg_since(major): runs on ``major`` and later only (deselected on others)")
     config.addinivalue_line("markers", "alone: runs with no other integration test in make test (it stops Kafka...)")
     config.addinivalue_line("markers", "stops_kafka: stops the stack's Kafka (make test runs it beside the unit tests)")
     config.addinivalue_line(
@@ -73,7 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect ``pg``-parametrized tests on majors outside CDCD_TEST_PG_FULL unless marked every_pg (and not
-    full_pg_only), and those marked pg_before(N) on N and later."""
+    full_pg_only), and those outside their pg_before(N) / pg_since(N) markers."""
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
@@ -81,12 +82,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         version = callspec.params.get("pg") if callspec is not None else None
         partial = version is not None and str(version) not in FULL_VERSIONS
         every = item.get_closest_marker("every_pg") is not None and item.get_closest_marker("full_pg_only") is None
-        before = item.get_closest_marker("pg_before")
-        too_new = before is not None and version is not None and int(version) >= int(before.args[0])
-        (drop if (partial and not every) or too_new else keep).append(item)
+        (drop if (partial and not every) or not _in_range(item, version) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _in_range(item: pytest.Item, version: object) -> bool:
+    """Whether ``item``'s ``pg`` parameter is within its pg_before and pg_since markers (no parameter: yes)."""
+    if version is None:
+        return True
+    before, since = item.get_closest_marker("pg_before"), item.get_closest_marker("pg_since")
+    major = int(str(version))
+    return (before is None or major < int(before.args[0])) and (since is None or major >= int(since.args[0]))
 
 
 @dataclass(frozen=True)

@@ -56,11 +56,10 @@ def _execute(signal_id: str, collections: list[str], condition: str | None = Non
 
 
 @pytest.mark.full_pg_only
+@pytest.mark.pg_since(15)  # publication row filters
 def test_an_unprivileged_role_and_a_signal_writer_can_neither_run_sql_nor_leak_rows_nor_stop_cdcd(
     db: Database, run: Run, signal_topic: str, mallory: str
 ) -> None:
-    if db.server.version < 15:
-        pytest.skip("publication row filters need PostgreSQL 15")
     db.execute(SCHEMA)
     run.start(
         extra={
