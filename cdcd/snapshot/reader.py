@@ -136,7 +136,9 @@ def _relation(
     lost = [k for k in key if k not in {c.name for c in readable}]
     if lost:
         raise SourceError(f"{name} changed since the snapshot was taken: its key column {', '.join(lost)} is gone")
-    sent = published_columns(readable, publishes_generated_columns(conn, publications, name))
+    # the publications are asked only about a table that has a stored generated column (one query per chunk)
+    stored = any(c.generated == "s" for c in readable) and publishes_generated_columns(conn, publications, name)
+    sent = published_columns(readable, stored)
     if not set(key) <= {c.name for c in sent}:
         key = ()
     identity, not_null = info.replica_identity, table_facts(conn, info.oid).not_null
