@@ -176,7 +176,7 @@ def _current_schemas(settings: Settings) -> list[tuple[str, str, dict[str, Any]]
     from cdcd.snapshot.reader import SnapshotReader  # noqa: PLC0415 - loaded only when used
 
     source, kafka = settings.source, settings.kafka
-    publications = [p.name for p in source.publications]
+    publications = source.publication_names
     reader = SnapshotReader(
         source.dsn.get_secret_value(),
         source.read_password(),

@@ -340,6 +340,10 @@ class SourceSettings(_Section):
         """Whether password_file can be read: `cdcd run` finds out at start, not at its first connection."""
         self.read_password()
 
+    @property
+    def publication_names(self) -> list[str]:
+        return [p.name for p in self.publications]
+
     @field_validator("slot")
     @classmethod
     def _slot_name(cls, value: str) -> str:

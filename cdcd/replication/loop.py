@@ -302,10 +302,10 @@ class ReplicationLoop:
             read_only=self.settings.snapshot.read_only,
             standby=info.standby,
             primary=walsender.primary if info.standby else None,
-            publications=[p.name for p in source.publications],
+            publications=source.publication_names,
         )
         try:
-            captured = reader.captured([p.name for p in source.publications])
+            captured = reader.captured(source.publication_names)
             self._captured = list(captured.relations)
             created = info.consistent_point if info.slot_created else None
             new_tables = self.settings.snapshot.new_tables
@@ -413,7 +413,7 @@ class ReplicationLoop:
 
     def _captured_name(self, reader: SnapshotReader, relation_id: int) -> str | None:
         """The name a captured table has now, by its relation id (None: it is captured no longer)."""
-        relations = reader.captured([p.name for p in self.settings.source.publications]).relations
+        relations = reader.captured(self.settings.source.publication_names).relations
         return next((name for name, oid in relations.items() if oid == relation_id), None)
 
     def _parallel(self, reader: SnapshotReader) -> Parallel | None:
@@ -426,7 +426,7 @@ class ReplicationLoop:
             dsn, password = source.dsn.get_secret_value(), source.read_password()
             timeouts = Timeouts.of(source)
             row, rows = STAGE.copy_row_reader(), STAGE.copy_rows_reader()
-            publications = [p.name for p in source.publications]
+            publications = source.publication_names
             return SnapshotReader(dsn, password, source.slot, timeouts, row, read_rows=rows, publications=publications)
 
         encoder = self.sink.snapshot_encoder if isinstance(self.sink, SnapshotEncoding) else None
@@ -632,7 +632,7 @@ class ReplicationLoop:
         if snapshotter is None or reader is None:
             self._captured = sorted({*self._captured, *added})
             return
-        captured = reader.captured([p.name for p in self.settings.source.publications])
+        captured = reader.captured(self.settings.source.publication_names)
         self._captured = list(captured.relations)
         snapshot = self.settings.snapshot.new_tables and self.settings.snapshot.mode != "never"
         snapshotter.captured_now(captured.relations, captured.partitions, snapshot)

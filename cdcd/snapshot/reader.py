@@ -611,13 +611,13 @@ def request_snapshot(settings: SourceSettings, table: str, where: str | None, ke
             raise SnapshotRequestError(
                 "source.dsn is a hot standby, where the request cannot be written: " + INCREMENTAL_NEEDS_PRIMARY
             )
-        captured = captured_tables(conn, [p.name for p in settings.publications])
+        captured = captured_tables(conn, settings.publication_names)
         if table not in captured:
             raise SnapshotRequestError(
                 f"{table} is not published by {', '.join(p.name for p in settings.publications)}"
                 f" (captured: {', '.join(captured) or 'none'})"
             )
-        described = describe(conn, table, [p.name for p in settings.publications])
+        described = describe(conn, table, settings.publication_names)
         if not described.key_columns:
             raise SnapshotRequestError(f"{table} has no primary key or replica identity index to chunk by")
         condition = None if where is None else untrusted.condition(where, described.relation.columns)

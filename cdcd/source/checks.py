@@ -115,7 +115,7 @@ def _publications(conn: psycopg.Connection[Any], settings: SourceSettings) -> li
             # the tables its patterns match now: cdcd adds them to the publication when it starts
             for name in implied_tables(publication, candidate_tables(conn), conn.info.server_version):
                 problems.extend(_table(conn, name))
-    names = [p.name for p in settings.publications]
+    names = settings.publication_names
     for table, schema_usage, select in conn.execute(_PRIVILEGES, [names]).fetchall():
         if not schema_usage:
             problems.append(f"no USAGE privilege on the schema of published table {table}")

@@ -319,7 +319,7 @@ class Walsender:
             self.settings.slot,
             start_lsn,
             self._proto_version,
-            [p.name for p in self.settings.publications],
+            self.settings.publication_names,
             streaming=self.settings.streaming,
             messages=True,
             binary=self.settings.binary,
@@ -399,7 +399,7 @@ class Walsender:
 
     def captured(self) -> Captured:
         """What the publications capture now (catalog connection)."""
-        return self._catalog(lambda conn: captured(conn, [p.name for p in self.settings.publications]))
+        return self._catalog(lambda conn: captured(conn, self.settings.publication_names))
 
     def drop_slot(self) -> None:
         """Drop the slot (one this session created and cannot use); a failure is logged: the slot stays."""
@@ -497,7 +497,7 @@ class Walsender:
         return [(v or b"").decode() for v in (result.get_value(0, i) for i in range(result.nfields))]
 
     def _require_publications(self, admin: psycopg.Connection[Any]) -> None:
-        names = [p.name for p in self.settings.publications]
+        names = self.settings.publication_names
         rows = admin.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)", [names]).fetchall()
         missing = sorted(set(names) - {r[0] for r in rows})
         if missing:
